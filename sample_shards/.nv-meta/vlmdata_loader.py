@@ -1,0 +1,30 @@
+"""Energon ``sample_loader`` for vlmdata shards (copied into ``.nv-meta/`` by ``vlmdata build``).
+
+Standard library only: Energon imports this file from the dataset folder. It maps a raw sample
+(``KEY.json`` + ``KEY.0.jpg``, ``KEY.1.png``, ...) to the fields of Megatron Bridge's ChatMLSample:
+``conversation`` (JSON text of the messages) and ``imgs`` (the images, in order). No pickle.
+"""
+
+import json
+
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tiff")
+
+
+def _image_part(name):
+    idx, _, ext = name.partition(".")
+    return idx.isdigit() and ext in IMAGE_EXTS
+
+
+def part_filter(part):
+    return part == "json" or _image_part(part)
+
+
+def sample_loader(raw):
+    meta = raw["json"]
+    if isinstance(meta, (bytes, str)):
+        meta = json.loads(meta)
+    names = sorted((k for k in raw if _image_part(k)), key=lambda k: int(k.partition(".")[0]))
+    return {
+        "conversation": json.dumps({"conversation": meta["conversation"]}),
+        "imgs": [raw[k] for k in names] or None,
+    }

@@ -1,0 +1,12 @@
+"""Reference training workload for ``vlmdata audit``.
+
+The audit runs one training workload (a Qwen3-VL-MoE architecture with random
+weights, built from a config: nothing is downloaded) on mock, synthetic and
+real inputs and explains the throughput gap stage by stage.
+
+- :mod:`vlmdata.audit.model`: size presets, ``build_model``, ``model_summary``.
+- :mod:`vlmdata.audit.step`: one timed training step on a Bridge-format batch.
+- :mod:`vlmdata.audit.flops`: model FLOPs and token counts from actual shapes.
+
+See ``docs/reference-workload.md``.
+"""

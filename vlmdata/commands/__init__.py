@@ -1,0 +1,1 @@
+"""One module per ``vlmdata`` subcommand: ``add_parser(subparsers)`` and ``run(args) -> exit code``."""

@@ -1,0 +1,82 @@
+"""vlmdata build SOURCE -o OUT"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from rich.table import Table
+
+from ..build import BuildError, BuildOptions, build
+from ..console import EXIT_OK, UserError, err, human_bytes, out, print_json, progress
+from ..sources import FORMATS, SourceError
+
+
+def parse_size(text: str) -> int:
+    units = {"k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
+    t = text.strip().lower().rstrip("b")
+    for u in sorted(units, key=len, reverse=True):
+        if t.endswith(u):
+            return int(float(t[: -len(u)]) * units[u])
+    return int(t)
+
+
+def add_parser(sub):
+    p = sub.add_parser("build", help="build WebDataset shards from real image-text data", description=(
+        "Turn a folder of images with caption sidecars, LLaVA JSON/JSONL, HF messages JSONL or a local Hugging Face\n"
+        "dataset into tar shards (original image bytes + KEY.json), manifest.json with exact accounting of\n"
+        "every input, and Energon metadata (.nv-meta) that Megatron Bridge reads."),
+        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.add_argument("source", help="folder, .json/.jsonl file, .parquet file or saved HF dataset folder")
+    p.add_argument("-o", "--out", required=True, help="output folder (must be empty unless --resume/--overwrite)")
+    p.add_argument("--format", choices=FORMATS, help="source format (default: detected)")
+    p.add_argument("--image-root", help="folder that relative image paths in JSON sources are relative to")
+    p.add_argument("--prompt", default="Describe this image.", help="user prompt for caption-only sources")
+    p.add_argument("--image-column", help="HF dataset image column (default: detected)")
+    p.add_argument("--text-column", help="HF dataset text/conversation column (default: detected)")
+    p.add_argument("--prefix", default="shard", help="shard file name prefix (default: shard)")
+    p.add_argument("--max-count", type=int, default=1000, help="samples per shard at most (default 1000)")
+    p.add_argument("--max-size", type=parse_size, default="512MiB",
+                   help="bytes per shard at most, tar headers and padding included (default 512MiB; 0 = no limit)")
+    p.add_argument("--max-pixels", type=int, help="re-encode images above this many pixels (default: never re-encode)")
+    p.add_argument("--max-image-pixels", type=int, default=178_956_970, help="skip images above this many pixels as decompression bombs")
+    p.add_argument("--verify", choices=("header", "full"), default="header",
+                   help="image check while building: header + end marker (fast), or full decode")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: all cores)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--resume", action="store_true", help="finish an interrupted build in OUT")
+    g.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
+    p.add_argument("--energon-target", choices=("vlmdata", "bridge"), default="vlmdata",
+                   help="class named in .nv-meta/dataset.yaml: vlmdata's (Bridge's own where installed) or Bridge's directly")
+    p.add_argument("--json", action="store_true", help="print the manifest summary as JSON")
+    return p
+
+
+def run(args) -> int:
+    opts = BuildOptions(prefix=args.prefix, max_count=args.max_count, max_size=args.max_size or None,
+                        max_pixels=args.max_pixels, max_image_pixels=args.max_image_pixels, verify=args.verify,
+                        format=args.format, image_root=args.image_root, prompt=args.prompt,
+                        image_column=args.image_column, text_column=args.text_column, workers=max(1, args.workers))
+    try:
+        with progress("building", quiet=args.quiet) as advance:
+            m = build(args.source, args.out, opts, resume=args.resume, overwrite=args.overwrite, progress=advance,
+                      energon_target=args.energon_target)
+    except (SourceError, BuildError) as e:
+        raise UserError(str(e)) from None
+    acc = m["accounting"]
+    for s in acc["skipped_samples"]:
+        err.print(f"skipped {s['input']}: {s['reason']}: {s['detail']}", soft_wrap=True, markup=False)
+    summary = {"out": os.path.abspath(args.out), "totals": m["totals"],
+               "accounting": {k: v for k, v in acc.items() if k != "skipped_samples"}}
+    if args.json:
+        print_json(summary)
+    elif not args.quiet:
+        t = Table(title=f"built {args.out}", show_header=False)
+        t.add_row("shards", str(m["totals"]["shards"]))
+        t.add_row("samples written", str(acc["written"]))
+        t.add_row("images", str(m["totals"]["images"]))
+        t.add_row("bytes", human_bytes(m["totals"]["bytes"]))
+        t.add_row("inputs seen", str(acc["seen"]))
+        t.add_row("skipped", f"{acc['skipped']} {acc['skipped_by_reason'] or ''}")
+        out.print(t)
+    return EXIT_OK

@@ -1,0 +1,32 @@
+"""Energon metadata for a vlmdata dataset: ``.nv-meta/`` through megatron-energon's own API."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+
+DATASET_YAML = """\
+# Written by vlmdata. Samples are Megatron Bridge ChatML samples (conversation + imgs), no pickle.
+__module__: {module}
+__class__: ChatMLWebdataset
+sample_loader: vlmdata_loader.py:sample_loader
+part_filter: vlmdata_loader.py:part_filter
+"""
+TARGETS = {"vlmdata": "vlmdata.energon_sample", "bridge": "megatron.bridge.data.energon.task_encoder_utils"}
+
+
+def prepare_energon(root: str, shard_names: list[str], workers: int = 1, target: str = "vlmdata") -> None:
+    """Index the shards with Energon, write split.yaml (all train) and dataset.yaml."""
+    from megatron.energon.flavors import BaseWebdatasetFactory
+
+    meta = os.path.join(root, ".nv-meta")
+    if os.path.isdir(meta):
+        shutil.rmtree(meta)
+    with contextlib.redirect_stdout(io.StringIO()):  # energon prints its progress
+        BaseWebdatasetFactory.prepare_dataset(root, list(shard_names), split_parts_ratio=[("train", 1.0)],
+                                              workers=max(1, workers), shuffle_seed=None)
+    shutil.copyfile(os.path.join(os.path.dirname(__file__), "energon_loader.py"), os.path.join(meta, "vlmdata_loader.py"))
+    with open(os.path.join(meta, "dataset.yaml"), "w") as f:
+        f.write(DATASET_YAML.format(module=TARGETS[target]))

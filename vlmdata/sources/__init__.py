@@ -1,0 +1,51 @@
+"""Readers for image-text sources; ``open_source`` picks one by ``--format`` or by looking."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+from .base import SourceError, SourceItem
+from .folder import iter_folder
+from .hfdataset import is_hf_dir, iter_hf
+from .jsonrecords import iter_json_source, sniff
+
+FORMATS = ("folder", "llava", "messages", "hf")
+DEFAULT_PROMPT = "Describe this image."
+
+
+def detect_format(path: str) -> str:
+    if not os.path.exists(path):
+        raise SourceError(f"{path}: no such file or directory")
+    if os.path.isdir(path):
+        return "hf" if is_hf_dir(path) else "folder"
+    if path.endswith(".parquet"):
+        return "hf"
+    if path.endswith((".json", ".jsonl")):
+        fmt = sniff(path)
+        if fmt:
+            return fmt
+        raise SourceError(f"{path}: JSON records have neither 'conversations' (LLaVA) nor 'messages'; pass --format")
+    raise SourceError(f"{path}: cannot tell the format (expected a folder, .json/.jsonl or .parquet); pass --format")
+
+
+def open_source(path: str, fmt: str | None = None, *, image_root: str | None = None, prompt: str = DEFAULT_PROMPT,
+                image_column: str | None = None, text_column: str | None = None) -> tuple[str, Iterator[SourceItem]]:
+    """(format, items) for a source path. Raises SourceError for a bad path or format."""
+    if fmt is not None and fmt not in FORMATS:
+        raise SourceError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    if not os.path.exists(path):
+        raise SourceError(f"{path}: no such file or directory")
+    fmt = fmt or detect_format(path)
+    if fmt == "folder":
+        if not os.path.isdir(path):
+            raise SourceError(f"{path}: --format folder needs a directory")
+        return fmt, iter_folder(path, prompt)
+    if fmt in ("llava", "messages"):
+        if not os.path.isfile(path):
+            raise SourceError(f"{path}: --format {fmt} needs a JSON or JSONL file")
+        return fmt, iter_json_source(path, fmt, image_root)
+    return fmt, iter_hf(path, prompt, image_column, text_column)
+
+
+__all__ = ["FORMATS", "SourceError", "SourceItem", "detect_format", "open_source"]

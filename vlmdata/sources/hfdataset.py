@@ -1,0 +1,109 @@
+"""A local Hugging Face dataset: a ``save_to_disk`` folder, or parquet files, with an image column
+and a text or conversation column. Nothing is downloaded."""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+from typing import Iterator
+
+from .base import SourceError, SourceItem
+from .text import BadRecord, caption_conversation, from_turns
+
+IMAGE_COLUMNS = ("image", "images", "img", "jpg", "png")
+TEXT_COLUMNS = ("conversations", "messages", "caption", "text", "answer", "txt")
+
+
+def is_hf_dir(path: str) -> bool:
+    return os.path.isdir(path) and (
+        os.path.exists(os.path.join(path, "dataset_info.json")) or os.path.exists(os.path.join(path, "dataset_dict.json"))
+        or bool(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True))
+    )
+
+
+def _open(path: str):
+    import datasets
+
+    datasets.disable_progress_bars()
+    if os.path.isfile(path) and path.endswith(".parquet"):
+        files = [path]
+    elif os.path.exists(os.path.join(path, "dataset_info.json")) or os.path.exists(os.path.join(path, "dataset_dict.json")):
+        ds = datasets.load_from_disk(path)
+        if isinstance(ds, datasets.DatasetDict):
+            if "train" not in ds:
+                raise SourceError(f"{path}: DatasetDict without a 'train' split (has {list(ds)})")
+            ds = ds["train"]
+        return ds
+    else:
+        files = sorted(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True))
+    if not files:
+        raise SourceError(f"{path}: no parquet files and no save_to_disk dataset")
+    return datasets.load_dataset("parquet", data_files=files, split="train")
+
+
+def _image_bytes(value) -> list[bytes | str]:
+    """Image cell(s) as encoded bytes (or file paths) without decoding."""
+    values = value if isinstance(value, list) else [value]
+    out = []
+    for v in values:
+        if isinstance(v, dict):
+            if v.get("bytes"):
+                out.append(bytes(v["bytes"]))
+            elif v.get("path"):
+                out.append(v["path"])
+            else:
+                raise BadRecord("image cell has neither bytes nor path")
+        elif isinstance(v, (bytes, bytearray)):
+            out.append(bytes(v))
+        elif hasattr(v, "save"):  # a PIL image (a decoded column): encode it losslessly
+            buf = io.BytesIO()
+            v.save(buf, format=v.format or "PNG")
+            out.append(buf.getvalue())
+        elif v is None:
+            continue
+        else:
+            raise BadRecord(f"image cell of type {type(v).__name__}")
+    return out
+
+
+def iter_hf(path: str, prompt: str, image_column: str | None, text_column: str | None) -> Iterator[SourceItem]:
+    import datasets
+
+    try:
+        ds = _open(path)
+    except SourceError:
+        raise
+    except Exception as e:
+        raise SourceError(f"{path}: cannot open as a Hugging Face dataset ({type(e).__name__}: {e})") from None
+    cols = ds.column_names
+    icol = image_column or next((c for c in IMAGE_COLUMNS if c in cols), None)
+    tcol = text_column or next((c for c in TEXT_COLUMNS if c in cols), None)
+    for want, got, kind in ((image_column, icol, "image"), (text_column, tcol, "text")):
+        if got is None or got not in cols:
+            raise SourceError(f"{path}: no {kind} column {want or ''} (columns: {cols}); pass --{kind}-column")
+    # undecoded access: image features give {"bytes", "path"} dicts
+    feats = {c: f for c, f in ds.features.items()}
+    if isinstance(feats.get(icol), datasets.Image):
+        ds = ds.cast_column(icol, datasets.Image(decode=False))
+    elif isinstance(feats.get(icol), datasets.Sequence) or isinstance(feats.get(icol), list):
+        inner = feats[icol].feature if hasattr(feats[icol], "feature") else feats[icol][0]
+        if isinstance(inner, datasets.Image):
+            ds = ds.cast_column(icol, datasets.Sequence(datasets.Image(decode=False)))
+    idcol = next((c for c in ("id", "key", "__key__") if c in cols), None)
+    name = os.path.basename(os.path.normpath(path))
+    for index, row in enumerate(ds):
+        item = SourceItem(index=index, input=f"{name}[{index}]", source_id=str(row[idcol]) if idcol else f"{name}[{index}]")
+        try:
+            item.images = _image_bytes(row[icol])
+            text = row[tcol]
+            if isinstance(text, list):
+                role_key, text_key = ("from", "value") if text and isinstance(text[0], dict) and "from" in text[0] else ("role", "content")
+                item.conversation = from_turns(text, len(item.images), role_key, text_key)
+            elif isinstance(text, str) and text.strip():
+                item.conversation = caption_conversation(text, prompt, len(item.images))
+            else:
+                item.error = ("empty_caption", f"column {tcol} is empty")
+        except BadRecord as e:
+            item.error = ("bad_record", str(e))
+        yield item
