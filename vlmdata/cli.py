@@ -12,7 +12,7 @@ import sys
 
 from .console import EXIT_USAGE, UserError, fail
 
-COMMANDS = ["build", "validate", "inspect"]
+COMMANDS = ["build", "validate", "inspect", "demo"]
 
 
 def parser() -> argparse.ArgumentParser:

@@ -39,6 +39,8 @@ def probe(data: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, veri
             fmt, (w, h) = img.format, img.size
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise ImageProblem("too_large", f"decompression bomb: {e}") from None
+    except Image.UnidentifiedImageError:
+        raise ImageProblem("undecodable_image", "not a recognised image format") from None
     except Exception as e:  # PIL raises many types for garbage input
         raise ImageProblem("undecodable_image", f"not a readable image ({type(e).__name__}: {e})") from None
     if fmt not in FORMAT_EXT:

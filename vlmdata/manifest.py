@@ -67,6 +67,7 @@ def write_manifest(out: str, *, kind: str, prefix: str, records: list[ShardRecor
             "images": sum(r.images for r in records),
             "bytes": sum(r.bytes for r in records),
             "image_bytes": sum(r.image_bytes for r in records),
+            "parts": sorted({p for r in records for p in r.parts}, key=lambda p: (p != "json", p)),
         },
         "accounting": accounting.to_json(),
         "options": options,

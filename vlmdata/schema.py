@@ -39,7 +39,7 @@ class Sample:
     images: list[bytes] = field(default_factory=list)
     image_info: list[ImageInfo] = field(default_factory=list)
     source_id: str = ""
-    synthetic: Any = False
+    synthetic: dict | None = None  # None for real data; the generator's description for synthetic
 
     def meta(self) -> dict:
         """The ``KEY.json`` document."""

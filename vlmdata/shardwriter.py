@@ -29,6 +29,7 @@ class ShardRecord:
     end_index: int  # one past the last input index covered
     image_bytes: int = 0
     skipped: list[dict] = field(default_factory=list)
+    parts: list[str] = field(default_factory=list)  # every file suffix that occurs ("json", "0.jpg", ...)
 
     def manifest_entry(self) -> dict:
         return {k: getattr(self, k) for k in ("name", "samples", "images", "bytes", "sha256", "first_key", "last_key")}
@@ -77,6 +78,7 @@ class ShardPacker:
             self._open_stats["first_key"] = sample.key
         for name, data in files:
             self._writer.add(name, data)
+            self._open_stats["parts"].add(name[len(sample.key) + 1:])
         st = self._open_stats
         st["samples"] += 1
         st["images"] += len(sample.images)
@@ -96,7 +98,7 @@ class ShardPacker:
         path = os.path.join(self.out_dir, self.shard_name(self.shard_no))
         self._file = open(path + ".tmp", "wb", buffering=1 << 20)
         self._writer = TarWriter(self._file)
-        self._open_stats = {"samples": 0, "images": 0, "image_bytes": 0, "bytes": 0}
+        self._open_stats = {"samples": 0, "images": 0, "image_bytes": 0, "bytes": 0, "parts": set()}
 
     def _close(self, end_index: int) -> None:
         sha = self._writer.close()
@@ -110,7 +112,8 @@ class ShardPacker:
         st = self._open_stats
         rec = ShardRecord(name=name, samples=st["samples"], images=st["images"], bytes=self._writer.size, sha256=sha,
                           first_key=st["first_key"], last_key=st["last_key"], start_index=self.start_index,
-                          end_index=end_index, image_bytes=st["image_bytes"], skipped=self._pending_skips)
+                          end_index=end_index, image_bytes=st["image_bytes"], skipped=self._pending_skips,
+                          parts=sorted(st["parts"]))
         if self.state_dir:
             write_json_atomic(os.path.join(self.state_dir, f"{self.shard_no:06d}.json"), asdict(rec))
         self.records.append(rec)

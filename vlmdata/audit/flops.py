@@ -14,6 +14,8 @@ nkv key/value heads of size d, E experts of which k are active, expert width f, 
     N_lm    = L*N_layer + h*V                  # + lm_head (the embedding lookup is no matmul)
     lm      = 6 * N_lm * T  +  3 * L * B * 4*nq*d*S^2
 
+(with ``logits="loss"`` the h*V part of N_lm counts only the loss tokens).
+
 The attention term counts QK^T and AV over the full S x S square (the PaLM/Megatron MFU
 convention; a causal kernel does about half).  ``causal=True`` counts S*(S+1)/2 pairs instead.
 
@@ -72,15 +74,19 @@ def count_tokens(batch: dict, image_token_id: int, pad_token_id: int = PAD_TOKEN
             "tokens_visual": int((ids == image_token_id).sum().item()), "tokens_padding": padding}
 
 
-def lm_flops(text_config, batch_size: int, seq_len: int, causal: bool = False) -> int:
-    """Training FLOPs of the language model for ``batch_size`` sequences of ``seq_len`` tokens."""
+def lm_flops(text_config, batch_size: int, seq_len: int, causal: bool = False,
+             head_tokens: int | None = None) -> int:
+    """Training FLOPs of the language model for ``batch_size`` sequences of ``seq_len`` tokens.
+
+    ``head_tokens``: tokens the lm_head runs on (default all B*S; the step's ``logits="loss"``
+    variant runs it on the loss tokens only)."""
     c = text_config
     h, L, nq, nkv, d = c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim
     n_layer = h * nq * d + 2 * h * nkv * d + nq * d * h + h * c.num_experts + c.num_experts_per_tok * 3 * h * c.moe_intermediate_size
-    n_lm = L * n_layer + h * c.vocab_size
     T = batch_size * seq_len
+    head_tokens = T if head_tokens is None else head_tokens
     pairs = seq_len * (seq_len + 1) // 2 if causal else seq_len * seq_len
-    return 6 * n_lm * T + 3 * L * batch_size * 4 * nq * d * pairs
+    return 6 * L * n_layer * T + 6 * h * c.vocab_size * head_tokens + 3 * L * batch_size * 4 * nq * d * pairs
 
 
 def vision_flops(vision_config, text_hidden: int, image_grid_thw) -> tuple[int, int]:
@@ -100,19 +106,25 @@ def vision_flops(vision_config, text_hidden: int, image_grid_thw) -> tuple[int, 
     return 3 * enc, 3 * proj
 
 
-def step_flops(config, batch: dict, causal: bool = False, pad_token_id: int = PAD_TOKEN_ID) -> dict[str, int]:
+def step_flops(config, batch: dict, causal: bool = False, pad_token_id: int = PAD_TOKEN_ID,
+               logits: str = "all") -> dict[str, int]:
     """FLOPs of one training step on ``batch`` (Bridge format) for a ``Qwen3VLMoeConfig``.
 
-    Returns ``lm_flops``, ``vision_flops``, ``projector_flops``, ``total_flops`` and the token
-    counts of :func:`count_tokens`.  ``config`` may also be a model (its ``.config`` is used).
+    Returns ``lm_flops``, ``vision_flops``, ``projector_flops``, ``total_flops``, the token
+    counts of :func:`count_tokens`, ``images`` and ``patches``.  ``config`` may also be a model
+    (its ``.config`` is used).  ``logits`` as in ``TrainStep``: "all" or "loss" tokens.
     """
     config = getattr(config, "config", config)
     B, S = torch.as_tensor(batch["input_ids"]).shape
     _, grid = _visual(batch)
-    lm = lm_flops(config.text_config, B, S, causal)
+    counts = count_tokens(batch, config.image_token_id, pad_token_id)
+    head = None
+    if logits == "loss":
+        head = int((torch.as_tensor(batch["loss_mask"]) > 0).sum().item())
+    lm = lm_flops(config.text_config, B, S, causal, head)
     vis, proj = vision_flops(config.vision_config, config.text_config.hidden_size, grid)
     out = {"lm_flops": lm, "vision_flops": vis, "projector_flops": proj, "total_flops": lm + vis + proj}
-    out.update(count_tokens(batch, config.image_token_id, pad_token_id))
+    out.update(counts)
     out["images"] = 0 if grid is None else int(len(grid))
     out["patches"] = 0 if grid is None else int(torch.as_tensor(grid).prod(-1).sum().item())
     return out

@@ -52,9 +52,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         vision=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
                     num_position_embeddings=256, deepstack_visual_indexes=[0]),
-        text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        text=dict(hidden_size=32, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=16, num_experts=4, num_experts_per_tok=2,
                   moe_intermediate_size=64),
+        tie_word_embeddings=True,  # the 151,936-row vocabulary dominates a tiny model's step time
         dtype=torch.float32),
     "small": dict(
         vision=dict(depth=4, hidden_size=256, intermediate_size=1024, num_heads=4,
@@ -89,9 +90,11 @@ def build_config(preset: str, attn_implementation: str | None = None):
     p = copy.deepcopy(PRESETS[preset])
     text = {**_TEXT_COMMON, **p["text"], "rope_parameters": _rope(p["text"]["head_dim"])}
     vision = {**_VISION_COMMON, **p["vision"], "out_hidden_size": text["hidden_size"]}
+    tie = p.get("tie_word_embeddings", False)
+    text["tie_word_embeddings"] = tie
     cfg = Qwen3VLMoeConfig(text_config=text, vision_config=vision, image_token_id=IMAGE_TOKEN_ID,
                            video_token_id=VIDEO_TOKEN_ID, vision_start_token_id=VISION_START_TOKEN_ID,
-                           vision_end_token_id=VISION_END_TOKEN_ID, tie_word_embeddings=False)
+                           vision_end_token_id=VISION_END_TOKEN_ID, tie_word_embeddings=tie)
     if attn_implementation is not None:
         cfg._attn_implementation = attn_implementation
     return cfg

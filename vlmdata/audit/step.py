@@ -13,7 +13,7 @@ Stages, in order (each a contiguous interval, so they sum to ``total``):
 ``vision``         vision tower: patch embed, position embeddings, ViT blocks
 ``projector``      merger + DeepStack mergers (they run interleaved with the blocks)
 ``lm_forward``     decoder layers (with DeepStack additions) and final norm
-``lm_head_loss``   lm_head over all tokens and the masked-mean cross entropy
+``lm_head_loss``   lm_head (over all tokens, or loss tokens only) and the masked-mean cross entropy
 ``backward``       the whole backward pass (one block: vision and decoder are not split)
 ``optimizer``      gradient clipping, AdamW step, zero_grad
 
@@ -151,7 +151,8 @@ def _to(x, device):
 
 
 def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
-    """Bridge's loss: sum(CE * loss_mask) / sum(loss_mask); labels are already shifted."""
+    """Bridge's loss: sum(CE * loss_mask) / sum(loss_mask); labels are already shifted.
+    Shapes: logits [..., V], labels and loss_mask [...]."""
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
                          ignore_index=-100, reduction="none")
     m = loss_mask.reshape(-1).to(ce.dtype)
@@ -162,6 +163,9 @@ class TrainStep:
     """Callable training step with stage timing. ``TrainStep(model)(batch) -> dict``.
 
     ``amp=None`` enables bf16 autocast on CUDA when the weights are fp32 (never on CPU).
+    ``logits="all"`` runs lm_head on every token like Bridge/Megatron; ``"loss"`` only on
+    tokens with ``loss_mask > 0`` (a cheaper variant, used by the CPU tests: with a 151,936-row
+    vocabulary the lm_head and loss dominate a tiny model's step).
     The returned dict has ``loss`` (float), ``times_ms`` (one key per stage in ``STAGES`` plus
     ``total``), ``wall_ms`` (host clock over the whole call), ``peak_mem_bytes`` (CUDA max
     allocated since the last ``reset_peak_memory``, None on CPU), ``timer`` and ``device``.
@@ -169,14 +173,16 @@ class TrainStep:
 
     def __init__(self, model, optimizer: torch.optim.Optimizer | None = None, *, lr: float = 1e-4,
                  weight_decay: float = 0.0, clip_grad: float | None = 1.0, amp: bool | None = None,
-                 check: bool = True):
+                 check: bool = True, logits: str = "all"):
         p = next(model.parameters())
         self.model, self.device = model, p.device
         self.cuda = self.device.type == "cuda"
         if optimizer is None:
             optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
                                           fused=True if self.cuda else None)
-        self.optimizer, self.clip_grad, self.check = optimizer, clip_grad, check
+        if logits not in ("all", "loss"):
+            raise ValueError(f"logits must be 'all' or 'loss', got {logits!r}")
+        self.optimizer, self.clip_grad, self.check, self.logits = optimizer, clip_grad, check, logits
         self.amp = (self.cuda and p.dtype == torch.float32) if amp is None else amp
         self.marks = _Marks(self.cuda)
         vis = model.model.visual
@@ -217,9 +223,13 @@ class TrainStep:
             pv, grid = _to(_get(vis, "pixel_values"), dev), _to(_get(vis, "image_grid_thw"), dev)
             self.marks("h2d_end")
             with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=self.amp):
-                out = model(input_ids=ids, attention_mask=am, position_ids=pos, pixel_values=pv,
-                            image_grid_thw=grid if pv is not None else None, use_cache=False)
-                loss = masked_lm_loss(out.logits, labels, lmask)
+                hidden = model.model(input_ids=ids, attention_mask=am, position_ids=pos, pixel_values=pv,
+                                     image_grid_thw=grid if pv is not None else None,
+                                     use_cache=False).last_hidden_state
+                if self.logits == "loss":  # boolean indexing: a device sync on CUDA
+                    sel = lmask > 0
+                    hidden, labels, lmask = hidden[sel], labels[sel], lmask[sel]
+                loss = masked_lm_loss(model.lm_head(hidden), labels, lmask)
             self.marks("fwd_end")
             loss.backward()
             self.marks("bwd_end")

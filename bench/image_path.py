@@ -1,0 +1,138 @@
+"""Per-image cost of the Qwen-VL image path on one core: encoded JPEG bytes -> pixel_values, grid_thw.
+
+    OMP_NUM_THREADS=1 python bench/image_path.py [--model qwen3-vl] [--repeat 3]
+
+Rows: the HF PIL-backend image processor (Qwen2VLImageProcessorPil, what Bridge gets without
+torchvision), the HF torchvision backend (Qwen2VLImageProcessor; skipped when torchvision is not
+installed), our fast path in exact mode (draft=False) and with JPEG draft decoding (draft=True).
+Every variant starts from the same JPEG bytes and ends with torch tensors. Photos are the
+offline sample photos (scikit-image, matplotlib, scikit-learn), re-encoded as JPEG q90:
+"640px" = long side 640 (COCO-like), "1080p" = 1920x1080 mosaic of native-resolution crops,
+"12MP" = 4032x3024 mosaic (a phone photo; the only class where draft decoding kicks in at
+Bridge's max_pixels). Min/max pixels are Bridge's (200704 / 1003520).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from vlmdata.loaders.image import preprocess_image  # noqa: E402
+from vlmdata.qwen import build_image_processor  # noqa: E402
+
+PHOTOS = [
+    ("skimage", "data/astronaut.png"),
+    ("skimage", "data/coffee.png"),
+    ("skimage", "data/chelsea.png"),
+    ("skimage", "data/rocket.jpg"),
+    ("matplotlib", "mpl-data/sample_data/grace_hopper.jpg"),
+    ("sklearn", "datasets/images/china.jpg"),
+]
+
+
+def load_photos() -> list[Image.Image]:
+    import importlib.util
+
+    out = []
+    for pkg, rel in PHOTOS:
+        root = list(importlib.util.find_spec(pkg).submodule_search_locations)[0]
+        out.append(Image.open(os.path.join(root, rel)).convert("RGB"))
+    return out
+
+
+def mosaic(photos: list[Image.Image], w: int, h: int, tile: tuple[int, int] = (320, 240)) -> Image.Image:
+    """A w x h image tiled with native-resolution crops (real high-frequency detail, no upscaling)."""
+    tw, th = tile
+    m = Image.new("RGB", (w, h))
+    k = 0
+    for y in range(0, h, th):
+        for x in range(0, w, tw):
+            p = photos[k % len(photos)]
+            ox, oy = (k * 37) % (p.size[0] - tw), (k * 53) % (p.size[1] - th)
+            m.paste(p.crop((ox, oy, ox + tw, oy + th)), (x, y))
+            k += 1
+    return m
+
+
+def jpeg(img: Image.Image, quality: int = 90) -> bytes:
+    b = io.BytesIO()
+    img.save(b, "JPEG", quality=quality)
+    return b.getvalue()
+
+
+def image_sets(photos: list[Image.Image]) -> dict[str, list[bytes]]:
+    small = []
+    for p in photos:
+        s = 640 / max(p.size)
+        small.append(jpeg(p.resize((round(p.size[0] * s), round(p.size[1] * s)), Image.Resampling.BICUBIC)))
+    hd = [jpeg(mosaic(photos[i:] + photos[:i], 1920, 1080)) for i in range(3)]
+    mp12 = [jpeg(mosaic(photos[i:] + photos[:i], 4032, 3024)) for i in range(2)]
+    return {"640px": small, "1080p": hd, "12MP": mp12}
+
+
+def variants(model: str) -> dict[str, object]:
+    hf_pil = build_image_processor(model, backend="pil")
+    v = {"HF PIL processor": lambda b: hf_pil(Image.open(io.BytesIO(b)), return_tensors="pt")}
+    try:
+        hf_tv = build_image_processor(model, backend="torchvision")
+        v["HF torchvision processor"] = lambda b: hf_tv(Image.open(io.BytesIO(b)), return_tensors="pt")
+    except RuntimeError as e:
+        print(f"# HF torchvision backend skipped: {e}")
+
+    def ours(draft):
+        def f(b):
+            pv, g = preprocess_image(b, model, draft=draft)
+            return torch.from_numpy(pv), torch.tensor([g])
+
+        return f
+
+    v["fast exact (draft=False)"] = ours(False)
+    v["fast draft (draft=True)"] = ours(True)
+    v["decode only (PIL, full)"] = lambda b: Image.open(io.BytesIO(b)).convert("RGB")
+    return v
+
+
+def time_ms(fn, items: list[bytes], repeat: int) -> float:
+    for b in items:  # warm-up
+        fn(b)
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        for b in items:
+            fn(b)
+        best = min(best, (time.perf_counter() - t) / len(items))
+    return best * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="qwen3-vl")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    sets = image_sets(load_photos())
+    vs = variants(args.model)
+    res = {name: {k: time_ms(fn, items, args.repeat) for k, items in sets.items()} for name, fn in vs.items()}
+    cols = list(sets)
+    print(f"# {args.model}, ms per image, one core (torch threads={torch.get_num_threads()}), best of {args.repeat}")
+    print(f"{'variant':28s}" + "".join(f"{c:>10s}" for c in cols))
+    for name, r in res.items():
+        print(f"{name:28s}" + "".join(f"{r[c]:10.2f}" for c in cols))
+    base = res["HF PIL processor"]
+    print("# speed-up over the HF PIL processor")
+    for name in [n for n in res if n.startswith("fast")]:
+        print(f"{name:28s}" + "".join(f"{base[c] / res[name][c]:9.1f}x" for c in cols))
+    print("# sizes: " + ", ".join(f"{k}: {Image.open(io.BytesIO(v[0])).size}" for k, v in sets.items()))
+
+
+if __name__ == "__main__":
+    main()

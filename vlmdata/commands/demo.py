@@ -1,0 +1,41 @@
+"""vlmdata demo: build + validate + inspect a sample dataset made from offline photos."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+from ..console import EXIT_OK, out
+
+
+def add_parser(sub):
+    p = sub.add_parser("demo", help="build, validate and inspect a small real dataset from offline photos",
+                       description="Make a LLaVA-style source from the real photos shipped in scikit-image, matplotlib and\n"
+                       "scikit-learn, build shards from it, validate them and print the summary.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-o", "--out", help="dataset folder (default: a temporary folder)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    return p
+
+
+def run(args) -> int:
+    from . import build as build_cmd, inspect as inspect_cmd, validate as validate_cmd
+    from ..photos import make_source
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = make_source(os.path.join(tmp, "source"))
+        dest = args.out or os.path.join(tmp, "shards")
+        parser = argparse.ArgumentParser()
+        sub = parser.add_subparsers()
+        for mod in (build_cmd, validate_cmd, inspect_cmd):
+            mod.add_parser(sub).add_argument("-q", "--quiet", action="store_true")
+        steps = [(build_cmd, ["build", src, "-o", dest, "--overwrite", "--max-count", "16", "--workers", str(args.workers)]),
+                 (validate_cmd, ["validate", dest]), (inspect_cmd, ["inspect", dest])]
+        for mod, argv in steps:
+            if not args.quiet:
+                out.rule(f"vlmdata {' '.join(a if a not in (src, dest) else os.path.basename(a) for a in argv)}")
+            code = mod.run(parser.parse_args(argv + (["-q"] if args.quiet else [])))
+            if code != EXIT_OK:
+                return code
+    return EXIT_OK
