@@ -4,7 +4,8 @@
 
 Rows: the HF PIL-backend image processor (Qwen2VLImageProcessorPil, what Bridge gets without
 torchvision), the HF torchvision backend (Qwen2VLImageProcessor; skipped when torchvision is not
-installed), our fast path in exact mode (draft=False) and with JPEG draft decoding (draft=True).
+installed), our path in exact mode (draft=False: bit-identical to HF PIL), with torch's uint8 resize
+only, and the default fast mode (draft=True: JPEG DCT-domain draft decode + torch resize).
 Every variant starts from the same JPEG bytes and ends with torch tensors. Photos are the
 offline sample photos (scikit-image, matplotlib, scikit-learn), re-encoded as JPEG q90:
 "640px" = long side 640 (COCO-like), "1080p" = 1920x1080 mosaic of native-resolution crops,
@@ -88,28 +89,29 @@ def variants(model: str) -> dict[str, object]:
     except RuntimeError as e:
         print(f"# HF torchvision backend skipped: {e}")
 
-    def ours(draft):
+    def ours(draft, resampler=None):
         def f(b):
-            pv, g = preprocess_image(b, model, draft=draft)
+            pv, g = preprocess_image(b, model, draft=draft, resampler=resampler)
             return torch.from_numpy(pv), torch.tensor([g])
 
         return f
 
     v["fast exact (draft=False)"] = ours(False)
-    v["fast draft (draft=True)"] = ours(True)
+    v["fast, torch resize, no draft"] = ours(False, "torch")
+    v["fast (draft=True)"] = ours(True)
     v["decode only (PIL, full)"] = lambda b: Image.open(io.BytesIO(b)).convert("RGB")
     return v
 
 
-def time_ms(fn, items: list[bytes], repeat: int) -> float:
+def time_ms(fn, items: list[bytes], repeat: int, clock=time.perf_counter) -> float:
     for b in items:  # warm-up
         fn(b)
     best = float("inf")
     for _ in range(repeat):
-        t = time.perf_counter()
+        t = clock()
         for b in items:
             fn(b)
-        best = min(best, (time.perf_counter() - t) / len(items))
+        best = min(best, (clock() - t) / len(items))
     return best * 1e3
 
 
@@ -117,13 +119,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen3-vl")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cpu-time", action="store_true", help="process CPU time instead of wall time (busy hosts)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     sets = image_sets(load_photos())
     vs = variants(args.model)
-    res = {name: {k: time_ms(fn, items, args.repeat) for k, items in sets.items()} for name, fn in vs.items()}
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    res = {n: {k: time_ms(fn, items, args.repeat, clock) for k, items in sets.items()} for n, fn in vs.items()}
     cols = list(sets)
-    print(f"# {args.model}, ms per image, one core (torch threads={torch.get_num_threads()}), best of {args.repeat}")
+    clk = "CPU" if args.cpu_time else "wall"
+    print(f"# {args.model}, {clk} ms per image, torch threads={torch.get_num_threads()}, best of {args.repeat}")
     print(f"{'variant':28s}" + "".join(f"{c:>10s}" for c in cols))
     for name, r in res.items():
         print(f"{name:28s}" + "".join(f"{r[c]:10.2f}" for c in cols))

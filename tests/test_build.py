@@ -186,25 +186,29 @@ def test_out_dir_rules_and_bad_source(llava_source, tmp_path):
 
 KILL_SCRIPT = """
 import os, signal, sys
+import vlmdata.build as b
 from vlmdata.build import build, BuildOptions
-n = 0
-def progress(k):
-    global n
-    n += k
-    if n >= int(sys.argv[3]):
+MAIN, KILL_AT = os.getpid(), int(sys.argv[3])
+orig = b.write_shard
+def write_then_die(plan, *args):
+    rec = orig(plan, *args)
+    if plan.no == KILL_AT:  # SIGKILL the build (and this worker) right after shard KILL_AT is recorded
+        os.kill(MAIN, signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
-build(sys.argv[1], sys.argv[2], BuildOptions(max_count=3, workers=int(sys.argv[4])), progress=progress)
+    return rec
+b.write_shard = write_then_die
+build(sys.argv[1], sys.argv[2], BuildOptions(max_count=3, workers=int(sys.argv[4])))
 """
 
 
-@pytest.mark.parametrize("workers,kill_after", [(1, 8), (2, 11)])
+@pytest.mark.parametrize("workers,kill_after", [(1, 1), (2, 0)])
 def test_resume_after_sigkill_matches_clean_build(llava_source, tmp_path, workers, kill_after):
     clean, broken = str(tmp_path / "clean"), str(tmp_path / "broken")
     mc = build(llava_source, clean, BuildOptions(max_count=3, workers=1))
     r = subprocess.run([sys.executable, "-c", KILL_SCRIPT, llava_source, broken, str(kill_after), str(workers)])
     assert r.returncode == -9
     assert not os.path.exists(os.path.join(broken, "manifest.json"))
-    assert 0 < len(shard_files(broken)) < len(shard_files(clean))
+    assert 0 < len(shard_files(broken)) <= len(shard_files(clean))
     with pytest.raises(BuildError, match="not empty"):
         build(llava_source, broken, BuildOptions(max_count=3))
     mr = build(llava_source, broken, BuildOptions(max_count=3, workers=workers), resume=True)
@@ -218,7 +222,7 @@ def test_resume_after_sigkill_matches_clean_build(llava_source, tmp_path, worker
 
 def test_resume_refuses_other_options(llava_source, tmp_path):
     out = str(tmp_path / "o")
-    r = subprocess.run([sys.executable, "-c", KILL_SCRIPT, llava_source, out, "8", "1"])
+    r = subprocess.run([sys.executable, "-c", KILL_SCRIPT, llava_source, out, "1", "1"])
     assert r.returncode == -9
     with pytest.raises(BuildError, match="different source or options"):
         build(llava_source, out, BuildOptions(max_count=4), resume=True)

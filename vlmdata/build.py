@@ -7,19 +7,22 @@ reason, and ``seen == written + skipped`` always holds.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import multiprocessing as mp
 import os
 import shutil
+import threading
+from collections import deque
 from dataclasses import asdict, dataclass, fields
 from itertools import islice
 from typing import Callable, Iterable, Iterator
 
 from .images import DEFAULT_MAX_IMAGE_PIXELS, ImageProblem, probe, reencode
 from .manifest import MANIFEST_NAME, Accounting, write_manifest
-from .schema import FORMAT_EXT, ImageInfo, Sample, check_conversation, count_image_parts
-from .shardwriter import ShardPacker, ShardRecord, write_json_atomic
+from .schema import FORMAT_EXT, ImageInfo, Sample, check_conversation, count_image_parts, dumps
+from .shardwriter import Entry, Planner, ShardRecord, write_json_atomic, write_shard
 from .sources import SourceItem, open_source
 
 STATE_DIR = ".vlmdata-build"
@@ -56,8 +59,12 @@ def key_for(index: int) -> str:
     return f"s{index:09d}"
 
 
-def prepare(item: SourceItem, opts: BuildOptions) -> Sample | dict:
-    """Read and check one input; return a Sample, or a skip record naming the input and reason."""
+def prepare(item: SourceItem, opts: BuildOptions) -> Entry | dict:
+    """Read and check one input; return an Entry to pack, or a skip record naming the input and reason.
+
+    Images read from files that need no re-encode travel as their path (the shard writer copies
+    the file), so no image bytes cross process boundaries.
+    """
 
     def skip(reason: str, detail: str) -> dict:
         return {"input": item.input, "source_id": item.source_id, "reason": reason, "detail": detail}
@@ -66,11 +73,11 @@ def prepare(item: SourceItem, opts: BuildOptions) -> Sample | dict:
         return skip(*item.error)
     problem = check_conversation(item.conversation)
     if problem:
-        reason = "empty_caption" if "answer" in problem else "bad_record"
-        return skip(reason, problem)
+        return skip("empty_caption" if "answer" in problem else "bad_record", problem)
     if count_image_parts(item.conversation) != len(item.images):
         return skip("bad_record", f"{count_image_parts(item.conversation)} image parts but {len(item.images)} images")
     sample = Sample(key=key_for(item.index), conversation=item.conversation, source_id=item.source_id)
+    payloads: list = []
     for i, ref in enumerate(item.images):
         label = ref if isinstance(ref, str) else f"image {i}"
         if isinstance(ref, str):
@@ -83,19 +90,22 @@ def prepare(item: SourceItem, opts: BuildOptions) -> Sample | dict:
                 return skip("unreadable_file", f"{ref}: {e.strerror}")
         else:
             data = ref
+        payload = ref
         try:
             fmt, w, h = probe(data, max_image_pixels=opts.max_image_pixels, verify=opts.verify)
             if opts.max_pixels and w * h > opts.max_pixels:
                 data, fmt, w, h = reencode(data, opts.max_pixels)
+                payload = data
         except ImageProblem as e:
             return skip(e.reason, f"{label}: {e.detail}")
-        name = f"{i}.{FORMAT_EXT[fmt]}"
-        sample.images.append(data)
-        sample.image_info.append(ImageInfo(file=name, width=w, height=h, format="JPEG" if fmt == "MPO" else fmt, bytes=len(data)))
-    return sample
+        fmt = "JPEG" if fmt == "MPO" else fmt
+        sample.image_info.append(ImageInfo(file=f"{i}.{FORMAT_EXT[fmt]}", width=w, height=h, format=fmt, bytes=len(data)))
+        payloads.append(payload)
+    images = [(info.file, p, info.bytes) for info, p in zip(sample.image_info, payloads)]
+    return Entry(item.index, sample.key, dumps(sample.meta()), images)
 
 
-def _prepare_chunk(args: tuple[list[SourceItem], BuildOptions]) -> list[Sample | dict]:
+def _prepare_chunk(args: tuple[list[SourceItem], BuildOptions]) -> list[Entry | dict]:
     items, opts = args
     return [prepare(it, opts) for it in items]
 
@@ -106,25 +116,65 @@ def _chunks(items: Iterable[SourceItem], n: int) -> Iterator[list[SourceItem]]:
         yield chunk
 
 
-def _prepared(items: Iterable[SourceItem], opts: BuildOptions) -> Iterator[tuple[SourceItem, Sample | dict]]:
-    if opts.workers <= 1:
+def _prepared(items: Iterable[SourceItem], opts: BuildOptions, pool) -> Iterator[tuple[int, Entry | dict]]:
+    """(input index, result) in input order, computed in the pool when there is one."""
+    if pool is None:
         for it in items:
-            yield it, prepare(it, opts)
+            yield it.index, prepare(it, opts)
         return
+    window = threading.Semaphore(4 * opts.workers)  # chunks in flight: bounds memory
+    pending: deque[list[SourceItem]] = deque()
+
+    def feed():
+        for c in _chunks(items, CHUNK):
+            window.acquire()
+            pending.append(c)
+            yield (c, opts)
+
+    for results in pool.imap(_prepare_chunk, feed(), chunksize=1):
+        chunk = pending.popleft()
+        window.release()
+        for it, res in zip(chunk, results):
+            yield it.index, res
+
+
+def _pack(results: Iterable[tuple[int, Entry | dict]], planner: Planner, out: str, state: str | None, pool,
+          start: int, progress, fsync: bool = True) -> tuple[list[ShardRecord], int, list[dict]]:
+    """Plan shards in input order and write each as soon as it closes (in the pool when there is one)."""
+    written: deque = deque()
+    records: list[ShardRecord] = []
+
+    def submit(plan):
+        if pool is None:
+            records.append(write_shard(plan, out, state, fsync))
+            return
+        written.append(pool.apply_async(write_shard, (plan, out, state, fsync)))
+        while len(written) > 2 * getattr(pool, "_processes", 1):
+            records.append(written.popleft().get())
+
+    seen = start
+    for index, res in results:
+        seen = index + 1
+        if isinstance(res, Entry):
+            plan = planner.add(res)
+            if plan:
+                submit(plan)
+        else:
+            planner.skip(res)
+        if progress:
+            progress(1)
+    plan, tail = planner.finish(seen)
+    if plan:
+        submit(plan)
+    records += [w.get() for w in written]
+    return records, seen, tail
+
+
+def _pool(workers: int):
+    if workers <= 1:
+        return contextlib.nullcontext(None)
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    with ctx.Pool(opts.workers) as pool:
-        chunks = _chunks(items, CHUNK)
-        # keep the chunk list alongside results: imap preserves order
-        pending: list[list[SourceItem]] = []
-
-        def feed():
-            for c in chunks:
-                pending.append(c)
-                yield (c, opts)
-
-        for results in pool.imap(_prepare_chunk, feed(), chunksize=1):
-            chunk = pending.pop(0)
-            yield from zip(chunk, results)
+    return ctx.Pool(workers)
 
 
 def _check_out_dir(out: str, resume: bool, overwrite: bool) -> None:
@@ -201,24 +251,13 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
         os.makedirs(state, exist_ok=True)
         write_json_atomic(os.path.join(state, "options.json"), {"source": os.path.abspath(source), "options": opts.fingerprint()})
     start = done[-1].end_index if done else 0
-    packer = ShardPacker(out, opts.prefix, opts.max_count, opts.max_size, state, first_shard=len(done), start_index=start)
+    planner = Planner(opts.prefix, opts.max_count, opts.max_size, first_shard=len(done), start_index=start)
     if progress and start:
         progress(start)
-    seen = start
-    try:
-        for item, result in _prepared(islice(items, start, None), opts):
-            seen = item.index + 1
-            if isinstance(result, Sample):
-                packer.add(result, item.index)
-            else:
-                packer.skip(result)
-            if progress:
-                progress(1)
-        tail_skips = packer.finish(seen)
-    except BaseException:
-        packer.abort()
-        raise
-    records = done + packer.records
+    with _pool(opts.workers) as pool:
+        new, seen, tail_skips = _pack(_prepared(islice(items, start, None), opts, pool), planner, out, state, pool,
+                                      start, progress)
+    records = done + new
     acc = Accounting.from_records(seen, records, tail_skips)
     manifest = write_manifest(out, kind="build", prefix=opts.prefix, records=records, accounting=acc,
                               options={**opts.fingerprint(), "workers": opts.workers},
@@ -228,6 +267,29 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
 
         prepare_energon(out, [r.name for r in records], workers=max(1, opts.workers), target=energon_target)
     shutil.rmtree(state, ignore_errors=True)
+    return manifest
+
+
+def write_dataset(out: str, samples: Iterable[Sample], *, kind: str, options: dict, source: dict,
+                  overwrite: bool = False, prefix: str = "shard", max_count: int = 1000, max_size: int | None = None,
+                  workers: int = 1, progress: Callable[[int], None] | None = None, energon: bool = True,
+                  energon_target: str = "vlmdata") -> dict:
+    """Write in-memory samples (e.g. synthetic ones) as a dataset in exactly the ``build`` format.
+
+    Sample keys must be unique and increasing; the manifest's ``kind`` tells the datasets apart.
+    """
+    if max_count < 1:
+        raise BuildError("max_count must be at least 1")
+    _check_out_dir(out, False, overwrite)
+    planner = Planner(prefix, max_count, max_size)
+    results = ((i, Entry.from_sample(s, i)) for i, s in enumerate(samples))
+    records, seen, tail = _pack(results, planner, out, None, None, 0, progress)
+    acc = Accounting.from_records(seen, records, tail)
+    manifest = write_manifest(out, kind=kind, prefix=prefix, records=records, accounting=acc, options=options, source=source)
+    if energon and records:
+        from .energon import prepare_energon
+
+        prepare_energon(out, [r.name for r in records], workers=max(1, workers), target=energon_target)
     return manifest
 
 

@@ -12,7 +12,7 @@ import sys
 
 from .console import EXIT_USAGE, UserError, fail
 
-COMMANDS = ["build", "validate", "inspect", "demo"]
+COMMANDS = ["build", "validate", "inspect", "demo", "profile", "synth", "compare"]
 
 
 def parser() -> argparse.ArgumentParser:

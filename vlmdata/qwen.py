@@ -218,13 +218,16 @@ def build_qwen_processor(
     max_pixels: int = BRIDGE_MAX_PIXELS,
     backend: str = "pil",
     chat_template: str | None = None,
+    tokenizer=None,
 ):
     """A real HF Qwen-VL processor (Qwen2VLProcessor / Qwen2_5_VLProcessor / Qwen3VLProcessor),
-    built locally: image processor from ``build_image_processor``, tokenizer from
-    ``load_qwen_tokenizer(tokenizer_path)``. The chat template is the tokenizer's own when it
-    handles image parts, else the official Qwen2-VL template. No video processor is attached."""
+    built locally: image processor from ``build_image_processor``, tokenizer ``tokenizer`` if given,
+    else ``load_qwen_tokenizer(tokenizer_path)``. The chat template is the tokenizer's own when it
+    handles image parts, else the official Qwen2-VL template. No video processor is attached
+    (video processors need torchvision), so the processor takes text and images only."""
     s = get_spec(model)
-    tokenizer = load_qwen_tokenizer(tokenizer_path)
+    if tokenizer is None:
+        tokenizer = load_qwen_tokenizer(tokenizer_path)
     if chat_template is None:
         own = getattr(tokenizer, "chat_template", None)
         chat_template = own if isinstance(own, str) and IMAGE_PAD in own else QWEN2_VL_CHAT_TEMPLATE

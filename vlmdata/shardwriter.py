@@ -1,9 +1,13 @@
-"""Packs samples into tar shards bounded by count and exact byte size, atomically.
+"""Packing samples into tar shards bounded by count and exact byte size, written atomically.
 
-Each shard is written to ``NAME.tmp`` and renamed when complete; then a small record of it
-(stats, the input range it covers, the inputs skipped in that range) is written atomically to the
-state folder, which is what ``--resume`` reads. Shard boundaries depend only on the sample
-sequence, so a resumed build writes exactly what a clean build would.
+Packing is split in two so that many processes can write at once while the shard boundaries stay
+a function of the sample sequence alone:
+
+- ``Planner`` (one process, in input order) decides which samples go into which shard from their
+  exact tar sizes. It holds only sizes and references, never image bytes.
+- ``write_shard`` (any process) writes one planned shard to ``NAME.tmp``, hashes it, renames it
+  into place, then records it (stats, the input range it covers, the inputs skipped in that range)
+  in the state folder that ``--resume`` reads.
 """
 
 from __future__ import annotations
@@ -11,9 +15,41 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
+from typing import Union
 
-from .schema import Sample
+from .schema import Sample, dumps
 from .tario import END_BYTES, TarWriter, member_size
+
+ImagePayload = Union[str, bytes]  # a file to copy (path) or the bytes themselves
+
+
+@dataclass
+class Entry:
+    """One sample ready to pack: its JSON and its images (paths or bytes) with their sizes."""
+
+    index: int
+    key: str
+    meta: bytes
+    images: list[tuple[str, ImagePayload, int]]  # (suffix "0.jpg", payload, size)
+
+    @classmethod
+    def from_sample(cls, sample: Sample, index: int) -> "Entry":
+        images = [(info.file, data, len(data)) for info, data in zip(sample.image_info, sample.images)]
+        return cls(index, sample.key, dumps(sample.meta()), images)
+
+    @property
+    def tar_bytes(self) -> int:
+        return member_size(len(self.meta)) + sum(member_size(n) for _, _, n in self.images)
+
+
+@dataclass
+class ShardPlan:
+    no: int
+    name: str
+    entries: list[Entry]
+    start_index: int  # first input index covered
+    end_index: int  # one past the last input index covered
+    skipped: list[dict]
 
 
 @dataclass
@@ -25,8 +61,8 @@ class ShardRecord:
     sha256: str
     first_key: str
     last_key: str
-    start_index: int  # first input index covered
-    end_index: int  # one past the last input index covered
+    start_index: int
+    end_index: int
     image_bytes: int = 0
     skipped: list[dict] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)  # every file suffix that occurs ("json", "0.jpg", ...)
@@ -44,84 +80,82 @@ def write_json_atomic(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
-class ShardPacker:
-    def __init__(self, out_dir: str, prefix: str, max_count: int, max_size: int | None, state_dir: str | None,
-                 first_shard: int = 0, start_index: int = 0):
-        self.out_dir, self.prefix = out_dir, prefix
-        self.max_count, self.max_size = max_count, max_size
-        self.state_dir = state_dir
-        self.shard_no = first_shard
-        self.start_index = start_index  # input index where the open shard's range begins
-        self.records: list[ShardRecord] = []
-        self._writer: TarWriter | None = None
-        self._file = None
-        self._open_stats: dict = {}
-        self._pending_skips: list[dict] = []
+def shard_name(prefix: str, no: int) -> str:
+    return f"{prefix}-{no:06d}.tar"
 
-    def shard_name(self, n: int) -> str:
-        return f"{self.prefix}-{n:06d}.tar"
+
+class Planner:
+    """Greedy packing in input order: a shard closes when the next sample would break a bound."""
+
+    def __init__(self, prefix: str, max_count: int, max_size: int | None, first_shard: int = 0, start_index: int = 0):
+        self.prefix, self.max_count, self.max_size = prefix, max_count, max_size
+        self.no, self.start_index = first_shard, start_index
+        self.entries: list[Entry] = []
+        self.size = 0
+        self.skips: list[dict] = []
+
+    def add(self, entry: Entry) -> ShardPlan | None:
+        closed = None
+        if self.entries and (len(self.entries) + 1 > self.max_count
+                             or (self.max_size is not None and self.size + entry.tar_bytes + END_BYTES > self.max_size)):
+            closed = self._close(entry.index)
+        self.entries.append(entry)
+        self.size += entry.tar_bytes
+        return closed
 
     def skip(self, record: dict) -> None:
-        self._pending_skips.append(record)
+        self.skips.append(record)
 
-    def add(self, sample: Sample, index: int) -> None:
-        files = sample.files()
-        size = sum(member_size(len(d)) for _, d in files)
-        st = self._open_stats
-        if self._writer is not None and (
-            st["samples"] + 1 > self.max_count
-            or (self.max_size is not None and st["bytes"] + size + END_BYTES > self.max_size)
-        ):
-            self._close(end_index=index)
-        if self._writer is None:
-            self._open()
-            self._open_stats["first_key"] = sample.key
-        for name, data in files:
-            self._writer.add(name, data)
-            self._open_stats["parts"].add(name[len(sample.key) + 1:])
-        st = self._open_stats
-        st["samples"] += 1
-        st["images"] += len(sample.images)
-        st["image_bytes"] += sum(len(b) for b in sample.images)
-        st["bytes"] += size
-        st["last_key"] = sample.key
+    def finish(self, end_index: int) -> tuple[ShardPlan | None, list[dict]]:
+        """The last plan (if any samples are open) and the skips no shard covers (only with no samples)."""
+        if self.entries:
+            return self._close(end_index), []
+        tail, self.skips = self.skips, []
+        return None, tail
 
-    def finish(self, end_index: int) -> list[dict]:
-        """Close the open shard; return skips after the last shard (only when no shard is open)."""
-        if self._writer is not None:
-            self._close(end_index)
-            return []
-        tail, self._pending_skips = self._pending_skips, []
-        return tail
-
-    def _open(self) -> None:
-        path = os.path.join(self.out_dir, self.shard_name(self.shard_no))
-        self._file = open(path + ".tmp", "wb", buffering=1 << 20)
-        self._writer = TarWriter(self._file)
-        self._open_stats = {"samples": 0, "images": 0, "image_bytes": 0, "bytes": 0, "parts": set()}
-
-    def _close(self, end_index: int) -> None:
-        sha = self._writer.close()
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        name = self.shard_name(self.shard_no)
-        path = os.path.join(self.out_dir, name)
-        assert self._writer.size == self._open_stats["bytes"] + END_BYTES
-        os.replace(path + ".tmp", path)
-        st = self._open_stats
-        rec = ShardRecord(name=name, samples=st["samples"], images=st["images"], bytes=self._writer.size, sha256=sha,
-                          first_key=st["first_key"], last_key=st["last_key"], start_index=self.start_index,
-                          end_index=end_index, image_bytes=st["image_bytes"], skipped=self._pending_skips,
-                          parts=sorted(st["parts"]))
-        if self.state_dir:
-            write_json_atomic(os.path.join(self.state_dir, f"{self.shard_no:06d}.json"), asdict(rec))
-        self.records.append(rec)
-        self._pending_skips = []
-        self._writer = self._file = None
-        self.shard_no += 1
+    def _close(self, end_index: int) -> ShardPlan:
+        plan = ShardPlan(self.no, shard_name(self.prefix, self.no), self.entries, self.start_index, end_index, self.skips)
+        self.no += 1
         self.start_index = end_index
+        self.entries, self.size, self.skips = [], 0, []
+        return plan
 
-    def abort(self) -> None:
-        if self._file is not None:
-            self._file.close()
+
+class SourceChanged(Exception):
+    """An input file changed size between reading it and copying it into a shard."""
+
+
+def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: bool = True) -> ShardRecord:
+    path = os.path.join(out_dir, plan.name)
+    parts: set[str] = set()
+    images = image_bytes = 0
+    with open(path + ".tmp", "wb", buffering=1 << 20) as f:
+        w = TarWriter(f)
+        for e in plan.entries:
+            w.add(f"{e.key}.json", e.meta)
+            parts.add("json")
+            for suffix, payload, size in e.images:
+                if isinstance(payload, str):
+                    with open(payload, "rb") as src:
+                        payload = src.read()
+                    if len(payload) != size:
+                        raise SourceChanged(f"{e.key}: an input image changed while building ({size} -> {len(payload)} bytes)")
+                w.add(f"{e.key}.{suffix}", payload)
+                parts.add(suffix)
+                images += 1
+                image_bytes += size
+        sha = w.close()
+        f.flush()
+        if fsync:
+            os.fsync(f.fileno())
+    expected = sum(e.tar_bytes for e in plan.entries) + END_BYTES
+    if w.size != expected:
+        raise AssertionError(f"{plan.name}: wrote {w.size} bytes, planned {expected}")
+    os.replace(path + ".tmp", path)
+    rec = ShardRecord(name=plan.name, samples=len(plan.entries), images=images, bytes=w.size, sha256=sha,
+                      first_key=plan.entries[0].key, last_key=plan.entries[-1].key, start_index=plan.start_index,
+                      end_index=plan.end_index, image_bytes=image_bytes, skipped=plan.skipped,
+                      parts=sorted(parts, key=lambda p: (p != "json", p)))
+    if state_dir:
+        write_json_atomic(os.path.join(state_dir, f"{plan.no:06d}.json"), asdict(rec))
+    return rec

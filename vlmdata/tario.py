@@ -22,14 +22,22 @@ def member_size(data_len: int) -> int:
     return BLOCK + -(-data_len // BLOCK) * BLOCK
 
 
+_HEAD = b"0000644\0" + b"0000000\0" * 2  # mode, uid, gid
+_MTIME = b"00000000000\0"
+_TAIL = b"0" + b"\0" * 100 + b"ustar\x0000" + b"\0" * (64 + 16 + 167)  # type .. pad
+_SPACE_SUM = sum(b" " * 8)
+
+
 def header(name: str, size: int) -> bytes:
-    info = tarfile.TarInfo(name)
-    info.size = size
-    info.mtime = 0
-    info.mode = 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info.tobuf(format=tarfile.USTAR_FORMAT, encoding="utf-8", errors="strict")
+    """A ustar header, byte-identical to ``tarfile``'s for mtime 0, mode 0644, uid/gid 0, no names."""
+    raw = name.encode("utf-8")
+    if len(raw) > 100:
+        raise ValueError(f"tar member name too long for ustar: {name!r}")
+    if size >= 8**11:
+        raise ValueError(f"tar member too large for ustar: {name!r} ({size} bytes)")
+    pre = raw.ljust(100, b"\0") + _HEAD + b"%011o\0" % size + _MTIME
+    chksum = sum(pre) + _SPACE_SUM + sum(_TAIL)
+    return pre + b"%06o\0 " % chksum + _TAIL
 
 
 class TarWriter:
@@ -46,8 +54,6 @@ class TarWriter:
         self.size += len(b)
 
     def add(self, name: str, data: bytes) -> None:
-        if len(name.encode("utf-8")) > 100:
-            raise ValueError(f"tar member name too long for ustar: {name!r}")
         self._write(header(name, len(data)))
         self._write(data)
         pad = -len(data) % BLOCK

@@ -16,8 +16,8 @@ nkv key/value heads of size d, E experts of which k are active, expert width f, 
 
 (with ``logits="loss"`` the h*V part of N_lm counts only the loss tokens).
 
-The attention term counts QK^T and AV over the full S x S square (the PaLM/Megatron MFU
-convention; a causal kernel does about half).  ``causal=True`` counts S*(S+1)/2 pairs instead.
+The attention term counts QK^T and AV over the full S x S square (the PaLM MFU convention;
+a causal kernel does about half).  ``causal=True`` counts S*(S+1)/2 pairs instead.
 
 Vision tower, per image i with grid (t, gh, gw): n_i = t*gh*gw patches, hidden hv, MLP width iv,
 D blocks, P = 3*2*16*16 = 1536 input values per patch; attention is per frame

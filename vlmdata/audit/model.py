@@ -11,11 +11,11 @@ Presets (see ``docs/reference-workload.md`` for the parameter and memory table):
 
 - ``tiny``: a training step well under a second on 2 CPU cores (tests).
 - ``small``: a few seconds on CPU; a single-GPU smoke test.
-- ``h200``: Qwen3-VL-30B-A3B's vision tower (27 x 1152) and a 12-layer, 32-expert
-  (top-8) decoder of the 30B-A3B's width: ~3.2B parameters, ~1.3B active; fp32 master
-  weights with bf16 autocast, AdamW state ~51 GB.
-- ``h200-large``: the same with 24 layers and 64 experts: ~8.5B parameters, meant for
-  bf16 weights and bf16 AdamW state (~68 GB).
+- ``h200``: Qwen3-VL-30B-A3B's vision tower (27 x 1152, DeepStack at 8/16/24) and a decoder
+  of the 30B-A3B's width with 12 layers and 32 experts (top-8): 3.20B parameters, 1.84B
+  active; bf16 weights with fp32 master weights and AdamW moments, 51 GB of state.
+- ``h200-large``: the same with 24 layers and 64 experts: 8.86B parameters, 2.52B active;
+  bf16 weights and bf16 AdamW moments (fp32 masters would not fit), 71 GB of state.
 """
 
 from __future__ import annotations
@@ -55,29 +55,26 @@ PRESETS: dict[str, dict[str, Any]] = {
         text=dict(hidden_size=32, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=16, num_experts=4, num_experts_per_tok=2,
                   moe_intermediate_size=64),
-        tie_word_embeddings=True,  # the 151,936-row vocabulary dominates a tiny model's step time
-        dtype=torch.float32),
+        tie_word_embeddings=True),  # the 151,936-row vocabulary dominates a tiny model's step time
     "small": dict(
         vision=dict(depth=4, hidden_size=256, intermediate_size=1024, num_heads=4,
                     num_position_embeddings=2304, deepstack_visual_indexes=[1, 2]),
         text=dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=8,
                   num_key_value_heads=4, head_dim=64, num_experts=8, num_experts_per_tok=2,
-                  moe_intermediate_size=512),
-        dtype=torch.float32),
+                  moe_intermediate_size=512)),
     "h200": dict(  # vision = Qwen3-VL-30B-A3B's tower; decoder = its width, 12 layers, 32 experts
         vision=dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16,
                     num_position_embeddings=2304, deepstack_visual_indexes=[8, 16, 24]),
         text=dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=12, num_attention_heads=32,
                   num_key_value_heads=4, head_dim=128, num_experts=32, num_experts_per_tok=8,
-                  moe_intermediate_size=768),
-        dtype=torch.float32),  # fp32 master weights + bf16 autocast on CUDA
+                  moe_intermediate_size=768)),
     "h200-large": dict(
         vision=dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16,
                     num_position_embeddings=2304, deepstack_visual_indexes=[8, 16, 24]),
         text=dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=24, num_attention_heads=32,
                   num_key_value_heads=4, head_dim=128, num_experts=64, num_experts_per_tok=8,
                   moe_intermediate_size=768),
-        dtype=torch.bfloat16),  # bf16 weights, bf16 AdamW state
+        master_weights=False),  # bf16 weights and bf16 AdamW state: fp32 masters would not fit
 }
 
 
@@ -105,21 +102,44 @@ def build_model(preset: str = "tiny", device: str | torch.device = "cpu",
                 attn_implementation: str | None = None):
     """Build ``Qwen3VLMoeForConditionalGeneration`` for ``preset`` with random weights.
 
-    ``dtype=None`` takes the preset's dtype (fp32 master weights for all but ``h200-large``,
-    which is bf16).  The modules are created directly on ``device`` (``"meta"`` works, to
-    count parameters without memory).  The model is returned in train mode.
+    ``dtype=None``: bf16 on CUDA (the training step then keeps fp32 master weights in the
+    optimizer, except for ``h200-large``), fp32 elsewhere.  Do not use fp32 weights with bf16
+    autocast on CUDA: transformers' grouped-GEMM experts are not autocast and would run in fp32.
+    The modules are created directly on ``device`` (``"meta"`` counts parameters without
+    memory).  The model is returned in train mode, with ``vlmdata_preset`` and
+    ``vlmdata_master_weights`` attributes.
     """
     from transformers import Qwen3VLMoeForConditionalGeneration
 
     cfg = build_config(preset, attn_implementation)
-    dtype = PRESETS[preset]["dtype"] if dtype is None else dtype
+    device = torch.device(device)
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(seed)
     with torch.device(device):
         model = Qwen3VLMoeForConditionalGeneration(cfg)
-    model.to(dtype=dtype)
+    for param in model.parameters():  # parameters only: RoPE inv_freq buffers stay fp32
+        param.data = param.data.to(dtype)
     model.train()
     model.vlmdata_preset = preset
+    model.vlmdata_master_weights = PRESETS[preset].get("master_weights", True)
     return model
+
+
+def state_bytes(n_params: int, dtype: torch.dtype, master_weights: bool = True) -> dict[str, int]:
+    """Bytes of weights, gradients, fp32 master copies and AdamW moments for ``n_params``.
+
+    fp32 weights: 4+4+0+8 = 16 B/param.  bf16 with fp32 masters (Megatron's bf16 recipe):
+    2+2+4+8 = 16 B/param, plus 4 B/param of fp32 gradients while the optimizer runs.  bf16
+    without masters: 2+2+0+4 = 8 B/param (AdamW moments in bf16).
+    """
+    w = torch.empty((), dtype=dtype).element_size()
+    master = dtype != torch.float32 and master_weights
+    out = {"weights": n_params * w, "grads": n_params * w, "master": n_params * 4 if master else 0,
+           "adam": n_params * (8 if master else 2 * w)}
+    out["total"] = sum(out.values())
+    out["optimizer_transient"] = n_params * 4 if master else 0
+    return out
 
 
 def _count(module) -> int:
@@ -142,8 +162,7 @@ def model_summary(model) -> dict[str, Any]:
     active = total - experts + experts * tc.num_experts_per_tok // tc.num_experts
     embed = model.model.language_model.embed_tokens.weight.numel()
     p = next(model.parameters())
-    bytes_per = p.element_size()
-    state_bytes = total * bytes_per * 4  # weights + grads + AdamW exp_avg + exp_avg_sq
+    master = getattr(model, "vlmdata_master_weights", True)
     return {
         "preset": getattr(model, "vlmdata_preset", None),
         "params_total": total,
@@ -154,7 +173,8 @@ def model_summary(model) -> dict[str, Any]:
         "params_embedding": embed,
         "params_lm_head": model.lm_head.weight.numel(),
         "dtype": str(p.dtype).replace("torch.", ""),
-        "weights_grads_adam_bytes": state_bytes,
+        "master_weights": p.dtype != torch.float32 and master,
+        "state_bytes": state_bytes(total, p.dtype, master),
         "config": {
             "vision": {k: getattr(vc, k) for k in (
                 "depth", "hidden_size", "intermediate_size", "num_heads", "patch_size",

@@ -15,7 +15,7 @@ Stages, in order (each a contiguous interval, so they sum to ``total``):
 ``lm_forward``     decoder layers (with DeepStack additions) and final norm
 ``lm_head_loss``   lm_head (over all tokens, or loss tokens only) and the masked-mean cross entropy
 ``backward``       the whole backward pass (one block: vision and decoder are not split)
-``optimizer``      gradient clipping, AdamW step, zero_grad
+``optimizer``      (fp32 master gradients,) gradient clipping, AdamW step, zero_grad
 
 Timing: forward hooks on ``model.model.visual``, its mergers, ``model.model.language_model``
 and ``lm_head`` place marks.  On CUDA a mark is a ``torch.cuda.Event`` recorded on the current
@@ -36,6 +36,7 @@ use the batch's ``position_ids`` as given.
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any
 
@@ -115,10 +116,11 @@ def mrope_position_ids(model, batch: dict) -> torch.Tensor | None:
     if _get(vis, "pixel_values") is None:
         return batch.get("position_ids")
     ids = batch["input_ids"].cpu()
-    types = (ids == model.config.image_token_id).to(torch.int32)
     am = batch.get("attention_mask")
-    pos, _ = model.model.get_rope_index(ids, types, image_grid_thw=grid.cpu(),
-                                        attention_mask=None if am is None else am.cpu())
+    kw = {"image_grid_thw": grid.cpu(), "attention_mask": None if am is None else am.cpu()}
+    if "mm_token_type_ids" in inspect.signature(model.model.get_rope_index).parameters:
+        kw["mm_token_type_ids"] = (ids == model.config.image_token_id).to(torch.int32)  # transformers >= 5.2x
+    pos, _ = model.model.get_rope_index(ids, **kw)
     return pos
 
 
@@ -159,10 +161,40 @@ def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.
     return (ce * m).sum() / m.sum().clamp(min=1.0)
 
 
+class MasterAdamW:
+    """AdamW on fp32 master copies of low-precision (bf16) parameters, Megatron-style.
+
+    ``step`` casts the bf16 gradients to fp32, optionally clips them, steps AdamW on the
+    masters and copies the result back into the bf16 parameters.  Memory per parameter:
+    4 (master) + 8 (moments) + 4 (fp32 gradients while stepping).
+    """
+
+    def __init__(self, params, lr: float = 1e-4, weight_decay: float = 0.0, fused: bool | None = None):
+        self.params = [p for p in params if p.requires_grad]
+        self.master = [p.detach().float().clone() for p in self.params]
+        self.optimizer = torch.optim.AdamW(self.master, lr=lr, weight_decay=weight_decay, fused=fused)
+
+    def step(self, clip_grad: float | None = None) -> None:
+        for p, m in zip(self.params, self.master):
+            m.grad = None if p.grad is None else p.grad.float()
+        if clip_grad:
+            torch.nn.utils.clip_grad_norm_(self.master, clip_grad)
+        self.optimizer.step()
+        with torch.no_grad():
+            torch._foreach_copy_(self.params, self.master)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p, m in zip(self.params, self.master):
+            p.grad = m.grad = None
+
+
 class TrainStep:
     """Callable training step with stage timing. ``TrainStep(model)(batch) -> dict``.
 
-    ``amp=None`` enables bf16 autocast on CUDA when the weights are fp32 (never on CPU).
+    Default optimizer: AdamW (fused on CUDA) for fp32 weights; for bf16 weights
+    ``MasterAdamW`` (fp32 masters) when ``master_weights`` (default: the preset's
+    ``model.vlmdata_master_weights``), else AdamW with bf16 moments.  No autocast is used:
+    CUDA runs bf16 weights (see ``build_model``), CPU fp32.
     ``logits="all"`` runs lm_head on every token like Bridge/Megatron; ``"loss"`` only on
     tokens with ``loss_mask > 0`` (a cheaper variant, used by the CPU tests: with a 151,936-row
     vocabulary the lm_head and loss dominate a tiny model's step).
@@ -172,18 +204,21 @@ class TrainStep:
     """
 
     def __init__(self, model, optimizer: torch.optim.Optimizer | None = None, *, lr: float = 1e-4,
-                 weight_decay: float = 0.0, clip_grad: float | None = 1.0, amp: bool | None = None,
-                 check: bool = True, logits: str = "all"):
+                 weight_decay: float = 0.0, clip_grad: float | None = 1.0,
+                 master_weights: bool | None = None, check: bool = True, logits: str = "all"):
         p = next(model.parameters())
         self.model, self.device = model, p.device
         self.cuda = self.device.type == "cuda"
-        if optimizer is None:
-            optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
-                                          fused=True if self.cuda else None)
+        if master_weights is None:
+            master_weights = getattr(model, "vlmdata_master_weights", True)
+        fused = True if self.cuda else None
+        if optimizer is None and p.dtype != torch.float32 and master_weights:
+            optimizer = MasterAdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=fused)
+        elif optimizer is None:
+            optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=fused)
         if logits not in ("all", "loss"):
             raise ValueError(f"logits must be 'all' or 'loss', got {logits!r}")
         self.optimizer, self.clip_grad, self.check, self.logits = optimizer, clip_grad, check, logits
-        self.amp = (self.cuda and p.dtype == torch.float32) if amp is None else amp
         self.marks = _Marks(self.cuda)
         vis = model.model.visual
         pre = lambda name: (lambda mod, args: self.marks(name))  # noqa: E731
@@ -195,6 +230,12 @@ class TrainStep:
         for merger in [vis.merger, *vis.deepstack_merger_list]:
             self._hooks += [merger.register_forward_pre_hook(pre("proj_start")),
                             merger.register_forward_hook(post("proj_end"))]
+
+    def __enter__(self) -> "TrainStep":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def close(self) -> None:
         """Remove the timing hooks."""
@@ -222,20 +263,22 @@ class TrainStep:
             am, pos = _to(batch.get("attention_mask"), dev), _to(pos, dev)
             pv, grid = _to(_get(vis, "pixel_values"), dev), _to(_get(vis, "image_grid_thw"), dev)
             self.marks("h2d_end")
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=self.amp):
-                hidden = model.model(input_ids=ids, attention_mask=am, position_ids=pos, pixel_values=pv,
-                                     image_grid_thw=grid if pv is not None else None,
-                                     use_cache=False).last_hidden_state
-                if self.logits == "loss":  # boolean indexing: a device sync on CUDA
-                    sel = lmask > 0
-                    hidden, labels, lmask = hidden[sel], labels[sel], lmask[sel]
-                loss = masked_lm_loss(model.lm_head(hidden), labels, lmask)
+            hidden = model.model(input_ids=ids, attention_mask=am, position_ids=pos, pixel_values=pv,
+                                 image_grid_thw=grid if pv is not None else None,
+                                 use_cache=False).last_hidden_state
+            if self.logits == "loss":  # boolean indexing: a device sync on CUDA
+                sel = lmask > 0
+                hidden, labels, lmask = hidden[sel], labels[sel], lmask[sel]
+            loss = masked_lm_loss(model.lm_head(hidden), labels, lmask)
             self.marks("fwd_end")
             loss.backward()
             self.marks("bwd_end")
-            if self.clip_grad:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), self.clip_grad)
-            self.optimizer.step()
+            if isinstance(self.optimizer, MasterAdamW):
+                self.optimizer.step(self.clip_grad)
+            else:
+                if self.clip_grad:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), self.clip_grad)
+                self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.marks("opt_end")
         finally:
@@ -272,10 +315,8 @@ def _split(marks: list[tuple[str, float]]) -> dict[str, float]:
             "backward": t["bwd_end"] - t["fwd_end"], "optimizer": t["opt_end"] - t["bwd_end"]}
 
 
-def train_step(model, optimizer: torch.optim.Optimizer, batch: dict, **kwargs) -> dict[str, Any]:
-    """One-off convenience: build a ``TrainStep`` around ``model``/``optimizer``, run it, remove hooks."""
-    step = TrainStep(model, optimizer, **kwargs)
-    try:
+def train_step(model, batch: dict, optimizer: torch.optim.Optimizer | None = None, **kwargs) -> dict[str, Any]:
+    """One-off convenience: a ``TrainStep`` around ``model`` (and ``optimizer``), one call, hooks removed.
+    A new AdamW is made when ``optimizer`` is None, so use ``TrainStep`` for more than one step."""
+    with TrainStep(model, optimizer, **kwargs) as step:
         return step(batch)
-    finally:
-        step.close()

@@ -80,7 +80,9 @@ def _within(size: int, target: int, tolerance: float) -> bool:
 def search_quality(image: Image.Image, target_bytes: int, subsampling: str = "4:2:0", progressive: bool = False,
                    tolerance: float = 0.10, start: int = DEFAULT_QUALITY,
                    max_encodes: int = 8) -> tuple[bytes, int, int]:
-    """(bytes, quality, encodes): the quality whose size is within tolerance, else the closest tried."""
+    """(bytes, quality, encodes): the closest size tried; it stops at once within half the
+    tolerance, after a second encode within the tolerance, or when neighbouring qualities straddle
+    the target."""
     tried: dict[int, int] = {}
     best: tuple[float, bytes, int] | None = None
     lo, hi = Q_MIN - 1, Q_MAX + 1  # sizes at lo are below target, at hi above (open bracket)
@@ -92,7 +94,9 @@ def search_quality(image: Image.Image, target_bytes: int, subsampling: str = "4:
         err = abs(math.log(len(data)) - log_t)
         if best is None or err < best[0]:
             best = (err, data, q)
-        if _within(len(data), target_bytes, tolerance):
+        # done when within half the tolerance, or within it after a second try
+        if _within(len(data), target_bytes, tolerance / 2) or (
+                len(tried) >= 2 and _within(len(best[1]), target_bytes, tolerance)):
             break
         if len(data) < target_bytes:
             lo = max(lo, q)

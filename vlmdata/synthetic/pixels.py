@@ -49,13 +49,16 @@ MIN_DETAIL, MAX_DETAIL = 1 / 16, 16.0
 def _pink_noise(size: int, alpha: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Periodic ``1/f^alpha`` noise as (rfft2 spectrum, |f|), scaled so that the pixel variance
     per unit of frequency does not depend on ``size`` (a small bank has the same fine detail)."""
-    fy = np.fft.fftfreq(size)[:, None]
-    fx = np.fft.rfftfreq(size)[None, :]
+    fy = np.fft.fftfreq(size).astype(np.float32)[:, None]
+    fx = np.fft.rfftfreq(size).astype(np.float32)[None, :]
     f = np.sqrt(fy * fy + fx * fx)
     f[0, 0] = 1.0
-    amp = size * f ** (-alpha / 2)
+    amp = np.float32(size) * f ** np.float32(-alpha / 2)
     amp[0, 0] = 0.0
-    return amp * (rng.standard_normal(amp.shape) + 1j * rng.standard_normal(amp.shape)), f
+    spec = np.empty(amp.shape, np.complex64)  # single precision: half the time and memory
+    spec.real = amp * rng.standard_normal(amp.shape, dtype=np.float32)
+    spec.imag = amp * rng.standard_normal(amp.shape, dtype=np.float32)
+    return spec, f
 
 
 def _sparsify(z: np.ndarray, p: float) -> np.ndarray:
@@ -102,7 +105,7 @@ class FieldBank:
                  cutoff: float = CUTOFF):
         rng = np.random.default_rng(seed)
         spec, f = _pink_noise(size, alpha, rng)
-        w_low = 1.0 / (1.0 + (f / cutoff) ** 4)
+        w_low = 1.0 / (1.0 + (f / np.float32(cutoff)) ** 4)
         low = np.fft.irfft2(spec * w_low, s=(size, size))
         high = np.fft.irfft2(spec * (1.0 - w_low), s=(size, size))
         s = _expected_std(alpha, cutoff, "high")

@@ -1,0 +1,101 @@
+"""vlmdata profile SHARDS -o profile.json"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from rich.table import Table
+
+from ..console import EXIT_OK, UserError, human_bytes, out, print_json, progress
+from ..profile import (DEFAULT_CAP, DEFAULT_DECODE_IMAGES, MODELS, ProfileError, ProfileOptions, profile_dataset,
+                       write_profile)
+from ..qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS
+from ..sources import FORMATS
+
+
+def positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
+    return v
+
+
+def non_negative(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def add_parser(sub):
+    p = sub.add_parser("profile", help="measure a dataset's workload shape into a profile.json", description=(
+        "Record a compact empirical joint distribution of a dataset (per-sample rows: images, prompt/answer text\n"
+        "tokens, visual tokens; per-image rows: size, format, bytes, JPEG quality/subsampling/progressive), summary\n"
+        "statistics and measured decode time per image. The input is a vlmdata dataset folder (or one .tar shard),\n"
+        "or directly an image folder / LLaVA or messages JSON (the readers of `vlmdata build`)."),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input", help="dataset folder (manifest.json), .tar shard, image folder or .json/.jsonl source")
+    p.add_argument("-o", "--out", required=True, help="profile JSON to write")
+    p.add_argument("--model", default="qwen3-vl", help=f"visual-token model: {', '.join(MODELS)} (default qwen3-vl)")
+    p.add_argument("--min-pixels", type=positive, default=BRIDGE_MIN_PIXELS,
+                   help=f"processor min_pixels (default {BRIDGE_MIN_PIXELS}, Megatron Bridge's)")
+    p.add_argument("--max-pixels", type=positive, default=BRIDGE_MAX_PIXELS,
+                   help=f"processor max_pixels (default {BRIDGE_MAX_PIXELS}, Megatron Bridge's)")
+    p.add_argument("--tokenizer", help="local Hugging Face tokenizer folder (default: the Qwen tokenizer shipped offline)")
+    p.add_argument("-n", "--max-rows", type=positive, default=DEFAULT_CAP,
+                   help=f"sample rows stored at most, reservoir-sampled (default {DEFAULT_CAP})")
+    p.add_argument("--seed", type=int, default=0, help="reservoir seed (default 0)")
+    p.add_argument("--decode-images", type=non_negative, default=DEFAULT_DECODE_IMAGES,
+                   help=f"images to time a full decode of (default {DEFAULT_DECODE_IMAGES}; 0 = skip)")
+    p.add_argument("--decode-repeats", type=positive, default=3, help="decodes per timed image, median kept (default 3)")
+    p.add_argument("--format", choices=FORMATS, help="source format for non-shard inputs (default: detected)")
+    p.add_argument("--image-root", help="folder that relative image paths in JSON sources are relative to")
+    p.add_argument("--plot", help="also write histograms to this PNG (needs matplotlib)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    return p
+
+
+def run(args) -> int:
+    opts = ProfileOptions(model=args.model, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
+                          tokenizer=args.tokenizer, cap=args.max_rows, seed=args.seed, decode_images=args.decode_images,
+                          decode_repeats=args.decode_repeats, format=args.format, image_root=args.image_root)
+    try:
+        with progress("profiling", quiet=args.quiet or args.json) as advance:
+            prof = profile_dataset(args.input, opts, progress=advance)
+        sha = write_profile(prof, args.out)
+        if args.plot:
+            from ..plots import plot_profiles
+
+            plot_profiles([prof], args.plot, [os.path.basename(os.path.normpath(args.input))],
+                          title=f"{args.input} ({prof['model']['name']})")
+    except ProfileError as e:
+        raise UserError(str(e)) from None
+    s, d = prof["summary"], prof["decode"]
+    if args.json:
+        print_json({"out": os.path.abspath(args.out), "sha256": sha, "summary": s,
+                    "decode": {k: v for k, v in d.items() if k != "ms"}, "rows": prof["rows"]["stored_samples"]})
+    elif not args.quiet:
+        t = Table(title=f"profile of {args.input} -> {args.out}")
+        for c in ("metric", "p10", "median", "p90", "mean"):
+            t.add_column(c, justify="left" if c == "metric" else "right")
+        for key in ("images_per_sample", "pixels_per_image", "aspect_ratio", "bytes_per_image", "visual_tokens_per_image",
+                    "visual_tokens_per_sample", "prompt_tokens", "answer_tokens", "text_tokens_per_sample", "jpeg_quality"):
+            st = s[key]
+            if st.get("n"):
+                t.add_row(key, *(f"{st[k]:.4g}" for k in ("p10", "p50", "p90", "mean")))
+        if d.get("images"):
+            t.add_row("decode ms per image", f"{d['p10_ms']:.3g}", f"{d['median_ms']:.3g}", f"{d['p90_ms']:.3g}",
+                      f"{d['mean_ms']:.3g}")
+        out.print(t)
+        out.print(f"{s['samples']} samples, {s['images']} images ({prof['rows']['stored_samples']} rows stored), "
+                  f"formats {s['formats']}, subsampling {s['subsampling']}, skipped {s['skipped'] or 0}; "
+                  f"{prof['model']['name']} min/max pixels {opts.min_pixels}/{opts.max_pixels}; "
+                  f"decoder {d.get('decoder', '-')}; {human_bytes(os.path.getsize(args.out))} written")
+    return EXIT_OK
