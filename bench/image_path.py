@@ -115,11 +115,32 @@ def time_ms(fn, items: list[bytes], repeat: int, clock=time.perf_counter) -> flo
     return best * 1e3
 
 
+def gpu_decode(sets: dict[str, list[bytes]], batch: int = 64) -> None:
+    """Throughput of decode_jpeg_gpu (nvJPEG, batched), when torchvision and CUDA are present."""
+    from vlmdata.loaders.image import decode_jpeg_gpu
+
+    for k, items in sets.items():
+        data = (items * batch)[:batch]
+        try:
+            decode_jpeg_gpu(data)
+        except RuntimeError as e:
+            print(f"# decode_jpeg_gpu skipped: {e}")
+            return
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(5):
+            decode_jpeg_gpu(data)
+        torch.cuda.synchronize()
+        dt = (time.perf_counter() - t) / (5 * batch)
+        print(f"decode_jpeg_gpu {k:6s} batch {batch}: {dt * 1e3:.3f} ms/image, {1 / dt:,.0f} img/s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen3-vl")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cpu-time", action="store_true", help="process CPU time instead of wall time (busy hosts)")
+    ap.add_argument("--gpu-decode", action="store_true", help="also time decode_jpeg_gpu (torchvision + CUDA)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     sets = image_sets(load_photos())
@@ -137,6 +158,8 @@ def main() -> None:
     for name in [n for n in res if n.startswith("fast")]:
         print(f"{name:28s}" + "".join(f"{base[c] / res[name][c]:9.1f}x" for c in cols))
     print("# sizes: " + ", ".join(f"{k}: {Image.open(io.BytesIO(v[0])).size}" for k, v in sets.items()))
+    if args.gpu_decode:
+        gpu_decode(sets)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ def _sizes(n: int, seed: int = 0):
             out.append((s, s * rng.randint(150, 210)) if rng.random() < 0.5 else (s * rng.randint(150, 210), s))
         else:  # exact multiples and half-way points, where round() is banker's rounding
             f = rng.choice([28, 32])
-            out.append((f * rng.randint(1, 60) + rng.choice([0, f // 2]), f * rng.randint(1, 60) + rng.choice([0, f // 2])))
+            h, w = (f * rng.randint(1, 60) + rng.choice([0, f // 2]) for _ in range(2))
+            out.append((h, w))
     return out
 
 

@@ -55,7 +55,7 @@ def _jpeg_size(data: bytes) -> tuple[int, int] | None:
     return None
 
 
-def _fast_header(data: bytes) -> tuple[str, int, int] | None:
+def fast_header(data: bytes) -> tuple[str, int, int] | None:
     """Format and size of baseline JPEG and PNG without Pillow; None means: ask Pillow."""
     if data[:3] == b"\xff\xd8\xff":
         size = _jpeg_size(data)
@@ -75,7 +75,7 @@ def probe(data: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, veri
     """
     if not data:
         raise ImageProblem("undecodable_image", "empty file")
-    fast = _fast_header(data) if verify == "header" else None
+    fast = fast_header(data) if verify == "header" else None
     if fast is not None:
         fmt, w, h = fast
         _check_size_and_end(data, fmt, w, h, max_image_pixels)

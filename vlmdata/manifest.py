@@ -8,6 +8,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
+from . import storage
 from .shardwriter import ShardRecord, write_json_atomic
 
 MANIFEST_NAME = "manifest.json"
@@ -80,6 +81,21 @@ def write_manifest(out: str, *, kind: str, prefix: str, records: list[ShardRecor
 
 def load_manifest(path: str) -> dict:
     """The manifest of a dataset folder (or a manifest.json path), checked for its schema."""
+    path = storage.local(path)
+    if storage.is_url(path):  # a dataset folder on object storage (or its manifest.json URL)
+        p = path if path.endswith(".json") else storage.join(path, MANIFEST_NAME)
+        shown = storage.redact(p)
+        try:
+            m = json.loads(storage.cat(p).decode("utf-8"))
+        except FileNotFoundError:
+            raise ManifestError(f"{storage.redact(path)}: no {MANIFEST_NAME} (not a vlmdata dataset?)") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ManifestError(f"{shown}: not valid JSON ({e})") from None
+        except (storage.StorageError, OSError) as e:
+            raise ManifestError(f"{shown}: {e}") from None
+        if not isinstance(m, dict) or m.get("schema") != MANIFEST_SCHEMA:
+            raise ManifestError(f"{shown}: schema {m.get('schema') if isinstance(m, dict) else None!r}, expected {MANIFEST_SCHEMA!r}")
+        return m
     p = os.path.join(path, MANIFEST_NAME) if os.path.isdir(path) else path
     if not os.path.exists(p):
         raise ManifestError(f"{path}: no {MANIFEST_NAME} (not a vlmdata dataset?)")
@@ -95,4 +111,5 @@ def load_manifest(path: str) -> dict:
 
 def shard_paths(root: str, manifest: dict | None = None) -> list[str]:
     manifest = manifest or load_manifest(root)
-    return [os.path.join(root, s["name"]) for s in manifest["shards"]]
+    root = storage.local(root)
+    return [storage.join(root, s["name"]) for s in manifest["shards"]]

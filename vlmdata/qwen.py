@@ -182,9 +182,11 @@ def build_image_processor(
         size={"shortest_edge": min_pixels, "longest_edge": max_pixels},
     )
     if backend == "pil":
-        from transformers import Qwen2VLImageProcessorPil
+        import transformers
 
-        return Qwen2VLImageProcessorPil(**kwargs)
+        # transformers 5.x: Qwen2VLImageProcessorPil; 4.x: the slow Qwen2VLImageProcessor is the PIL one
+        cls = getattr(transformers, "Qwen2VLImageProcessorPil", None) or transformers.Qwen2VLImageProcessor
+        return cls(**kwargs)
     if backend == "torchvision":
         if importlib.util.find_spec("torchvision") is None:
             raise RuntimeError("backend='torchvision' needs torchvision, which is not installed")

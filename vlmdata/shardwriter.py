@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Union
 
 from .schema import Sample, dumps
+from .storage import cat, is_url
 from .tario import END_BYTES, TarWriter, member_size
 
 ImagePayload = Union[str, bytes]  # a file to copy (path) or the bytes themselves
@@ -136,8 +137,11 @@ def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: boo
             parts.add("json")
             for suffix, payload, size in e.images:
                 if isinstance(payload, str):
-                    with open(payload, "rb") as src:
-                        payload = src.read()
+                    if is_url(payload):
+                        payload = cat(payload)
+                    else:
+                        with open(payload, "rb") as src:
+                            payload = src.read()
                     if len(payload) != size:
                         raise SourceChanged(f"{e.key}: an input image changed while building ({size} -> {len(payload)} bytes)")
                 w.add(f"{e.key}.{suffix}", payload)

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
+from . import storage
 from .images import ImageProblem, probe
 from .manifest import load_manifest
 from .schema import check_meta
@@ -78,16 +79,23 @@ def check_sample(shard: str, key: str, files: dict[str, bytes], decode: bool = T
 
 def validate(root: str, progress: Callable[[int], None] | None = None, decode: bool = True) -> ValidationReport:
     manifest = load_manifest(root)
+    root = storage.local(root)
+    remote = storage.is_url(root)
+    if remote and not root.endswith(".json"):
+        present = {storage.basename(p) for p in storage.ls(root)}  # one listing instead of a HEAD per shard
+    elif remote:
+        root = storage.dirname(root)
+        present = {storage.basename(p) for p in storage.ls(root)}
     rep = ValidationReport()
     for entry in manifest["shards"]:
         name = entry["name"]
-        path = os.path.join(root, name)
+        path = storage.join(root, name) if remote else os.path.join(root, name)
         rep.shards += 1
-        if not os.path.exists(path):
+        if (name not in present) if remote else not os.path.exists(path):
             rep.problems.append(Problem(name, "", "shard file missing"))
             continue
         count, keys = 0, []
-        with open(path, "rb") as f:
+        with (storage.open(path, "rb", block_size=8 << 20) if remote else open(path, "rb")) as f:
             hr = _HashingReader(f)
             try:
                 for raw in iter_raw_samples(hr):

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import sys
 
+from rich.markup import escape
 from rich.table import Table
 
+from .. import storage
 from ..build import BuildError, BuildOptions, build
 from ..console import EXIT_OK, UserError, err, human_bytes, out, print_json, progress
+from ..engines import ENGINES, EngineError
 from ..sources import FORMATS, SourceError
 
 
@@ -27,8 +30,10 @@ def add_parser(sub):
         "dataset into tar shards (original image bytes + KEY.json), manifest.json with exact accounting of\n"
         "every input, and Energon metadata (.nv-meta) that Megatron Bridge reads."),
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
-    p.add_argument("source", help="folder, .json/.jsonl file, .parquet file or saved HF dataset folder")
-    p.add_argument("-o", "--out", required=True, help="output folder (must be empty unless --resume/--overwrite)")
+    p.add_argument("source", help="folder, .json/.jsonl file, .parquet file or saved HF dataset folder; folders and "
+                   "JSON files may be fsspec URLs (s3://bucket/prefix, file://...)")
+    p.add_argument("-o", "--out", required=True, help="output folder or URL such as s3://bucket/prefix "
+                   "(must be empty unless --resume/--overwrite)")
     p.add_argument("--format", choices=FORMATS, help="source format (default: detected)")
     p.add_argument("--image-root", help="folder that relative image paths in JSON sources are relative to")
     p.add_argument("--prompt", default="Describe this image.", help="user prompt for caption-only sources")
@@ -42,7 +47,14 @@ def add_parser(sub):
     p.add_argument("--max-image-pixels", type=int, default=178_956_970, help="skip images above this many pixels as decompression bombs")
     p.add_argument("--verify", choices=("header", "full"), default="header",
                    help="image check while building: header + end marker (fast), or full decode")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: all cores)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="worker processes, or CPUs of the local Ray instance (default: all cores)")
+    p.add_argument("--engine", choices=ENGINES, default="local",
+                   help="where per-chunk and per-shard work runs: local processes or Ray tasks (same output)")
+    p.add_argument("--address", help="with --engine ray: an existing Ray cluster ('auto', 'ray://head:10001'); "
+                   "default: start a local Ray instance")
+    p.add_argument("--staging", help="with a remote --out: local folder where shards are written before upload "
+                   "(default: under $VLMDATA_STAGING or the temp dir, stable per OUT for --resume)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true", help="finish an interrupted build in OUT")
     g.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
@@ -57,21 +69,25 @@ def run(args) -> int:
                         max_pixels=args.max_pixels, max_image_pixels=args.max_image_pixels, verify=args.verify,
                         format=args.format, image_root=args.image_root, prompt=args.prompt,
                         image_column=args.image_column, text_column=args.text_column, workers=max(1, args.workers))
+    if args.address and args.engine != "ray":
+        raise UserError("--address is for --engine ray")
     try:
         with progress("building", quiet=args.quiet) as advance:
             m = build(args.source, args.out, opts, resume=args.resume, overwrite=args.overwrite, progress=advance,
-                      energon_target=args.energon_target)
-    except (SourceError, BuildError) as e:
-        raise UserError(str(e)) from None
+                      energon_target=args.energon_target, engine=args.engine, address=args.address,
+                      staging=args.staging)
+    except (SourceError, BuildError, EngineError, storage.StorageError) as e:
+        raise UserError(escape(str(e))) from None  # escape: "vlmdata[ray]" is not rich markup
     acc = m["accounting"]
     for s in acc["skipped_samples"]:
         err.print(f"skipped {s['input']}: {s['reason']}: {s['detail']}", soft_wrap=True, markup=False)
-    summary = {"out": os.path.abspath(args.out), "totals": m["totals"],
+    shown = storage.redact(args.out) if storage.is_url(args.out) else os.path.abspath(storage.local(args.out))
+    summary = {"out": shown, "totals": m["totals"],
                "accounting": {k: v for k, v in acc.items() if k != "skipped_samples"}}
     if args.json:
         print_json(summary)
     elif not args.quiet:
-        t = Table(title=f"built {args.out}", show_header=False)
+        t = Table(title=f"built {storage.redact(args.out)}", show_header=False)
         t.add_row("shards", str(m["totals"]["shards"]))
         t.add_row("samples written", str(acc["written"]))
         t.add_row("images", str(m["totals"]["images"]))

@@ -71,14 +71,14 @@ def run(args) -> int:
     elif not args.quiet:
         t = Table(title=f"A {args.a}  vs  B {args.b}")
         for c in ("metric", "median A", "median B", "B/A", "KS", "threshold", "result"):
-            t.add_column(c, justify="left" if c in ("metric", "result") else "right")
+            t.add_column(c, justify="left" if c in ("metric", "result") else "right", no_wrap=True)
         for r in res["metrics"]:
-            fmt = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
+            fmt = _num
             th_txt = ("-" if r["threshold"] is None else
-                      f"ratio in [{r['threshold'][0]:g}, {r['threshold'][1]:g}]" if isinstance(r["threshold"], list)
-                      else f"KS <= {r['threshold']:g}")
+                      f"{r['threshold'][0]:g}-{r['threshold'][1]:g}" if isinstance(r["threshold"], list)
+                      else f"<={r['threshold']:g}")
             colour = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow"}[r["status"]]
-            t.add_row(r["metric"], fmt(r["median_a"]), fmt(r["median_b"]), fmt(r["ratio"]), fmt(r["ks"]), th_txt,
+            t.add_row(LABELS.get(r["metric"], r["metric"]), fmt(r["median_a"]), fmt(r["median_b"]), _f3(r["ratio"]), _f3(r["ks"]), th_txt,
                       f"[{colour}]{r['status']}[/]" + (f" ({r['note']})" if r.get("note") else ""))
         out.print(t)
         for w in res["warnings"]:
@@ -86,3 +86,23 @@ def run(args) -> int:
         out.print("[green]PASS[/]" if res["passed"] else "[bold red]FAIL[/]: "
                   + ", ".join(r["metric"] for r in res["metrics"] if r["status"] == "FAIL"))
     return EXIT_OK if res["passed"] else EXIT_FAIL
+
+
+LABELS = {"pixels_per_image": "pixels/image", "aspect_ratio": "aspect W/H", "bytes_per_image": "bytes/image",
+          "visual_tokens_per_sample": "visual tok/sample", "text_tokens_per_sample": "text tok/sample",
+          "images_per_sample": "images/sample", "decode_ms_per_image": "decode ms/image"}
+
+
+def _f3(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _num(v) -> str:
+    if v is None:
+        return "-"
+    a = abs(v)
+    if a >= 1e6:
+        return f"{v / 1e6:.3g}M"
+    if a >= 1e4:
+        return f"{v / 1e3:.1f}k"
+    return f"{v:.4g}"

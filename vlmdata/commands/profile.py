@@ -14,26 +14,6 @@ from ..qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS
 from ..sources import FORMATS
 
 
-def positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return v
-
-
-def non_negative(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
-
-
 def add_parser(sub):
     p = sub.add_parser("profile", help="measure a dataset's workload shape into a profile.json", description=(
         "Record a compact empirical joint distribution of a dataset (per-sample rows: images, prompt/answer text\n"
@@ -44,17 +24,17 @@ def add_parser(sub):
     p.add_argument("input", help="dataset folder (manifest.json), .tar shard, image folder or .json/.jsonl source")
     p.add_argument("-o", "--out", required=True, help="profile JSON to write")
     p.add_argument("--model", default="qwen3-vl", help=f"visual-token model: {', '.join(MODELS)} (default qwen3-vl)")
-    p.add_argument("--min-pixels", type=positive, default=BRIDGE_MIN_PIXELS,
+    p.add_argument("--min-pixels", type=int, default=BRIDGE_MIN_PIXELS,
                    help=f"processor min_pixels (default {BRIDGE_MIN_PIXELS}, Megatron Bridge's)")
-    p.add_argument("--max-pixels", type=positive, default=BRIDGE_MAX_PIXELS,
+    p.add_argument("--max-pixels", type=int, default=BRIDGE_MAX_PIXELS,
                    help=f"processor max_pixels (default {BRIDGE_MAX_PIXELS}, Megatron Bridge's)")
     p.add_argument("--tokenizer", help="local Hugging Face tokenizer folder (default: the Qwen tokenizer shipped offline)")
-    p.add_argument("-n", "--max-rows", type=positive, default=DEFAULT_CAP,
+    p.add_argument("-n", "--max-rows", type=int, default=DEFAULT_CAP,
                    help=f"sample rows stored at most, reservoir-sampled (default {DEFAULT_CAP})")
     p.add_argument("--seed", type=int, default=0, help="reservoir seed (default 0)")
-    p.add_argument("--decode-images", type=non_negative, default=DEFAULT_DECODE_IMAGES,
+    p.add_argument("--decode-images", type=int, default=DEFAULT_DECODE_IMAGES,
                    help=f"images to time a full decode of (default {DEFAULT_DECODE_IMAGES}; 0 = skip)")
-    p.add_argument("--decode-repeats", type=positive, default=3, help="decodes per timed image, median kept (default 3)")
+    p.add_argument("--decode-repeats", type=int, default=3, help="decodes per timed image, fastest kept (default 3)")
     p.add_argument("--format", choices=FORMATS, help="source format for non-shard inputs (default: detected)")
     p.add_argument("--image-root", help="folder that relative image paths in JSON sources are relative to")
     p.add_argument("--plot", help="also write histograms to this PNG (needs matplotlib)")
@@ -63,6 +43,13 @@ def add_parser(sub):
 
 
 def run(args) -> int:
+    if args.max_rows <= 0:
+        raise UserError(f"-n/--max-rows must be a positive number of rows, got {args.max_rows}")
+    for name in ("min_pixels", "max_pixels", "decode_repeats"):
+        if getattr(args, name) <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if args.decode_images < 0:
+        raise UserError(f"--decode-images must be >= 0, got {args.decode_images}")
     opts = ProfileOptions(model=args.model, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
                           tokenizer=args.tokenizer, cap=args.max_rows, seed=args.seed, decode_images=args.decode_images,
                           decode_repeats=args.decode_repeats, format=args.format, image_root=args.image_root)

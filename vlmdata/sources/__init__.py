@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
+from .. import storage
 from .base import SourceError, SourceItem
-from .folder import iter_folder
+from .folder import iter_folder, iter_folder_url
 from .hfdataset import is_hf_dir, iter_hf
 from .jsonrecords import iter_json_source, sniff
 
@@ -14,7 +15,22 @@ FORMATS = ("folder", "llava", "messages", "hf")
 DEFAULT_PROMPT = "Describe this image."
 
 
+def _detect_url(path: str) -> str:
+    if path.endswith((".json", ".jsonl")) and storage.isfile(path):
+        fmt = sniff(path)
+        if fmt:
+            return fmt
+        raise SourceError(f"{storage.redact(path)}: JSON records have neither 'conversations' (LLaVA) nor 'messages'; pass --format")
+    if storage.isdir(path):
+        return "folder"
+    raise SourceError(f"{storage.redact(path)}: cannot tell the format of a remote source (expected a folder or "
+                      ".json/.jsonl; Hugging Face datasets are read from local paths only); pass --format")
+
+
 def detect_format(path: str) -> str:
+    path = storage.local(path)
+    if storage.is_url(path):
+        return _detect_url(path)
     if not os.path.exists(path):
         raise SourceError(f"{path}: no such file or directory")
     if os.path.isdir(path):
@@ -34,6 +50,20 @@ def open_source(path: str, fmt: str | None = None, *, image_root: str | None = N
     """(format, items) for a source path. Raises SourceError for a bad path or format."""
     if fmt is not None and fmt not in FORMATS:
         raise SourceError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    path = storage.local(path)
+    if storage.is_url(path):
+        try:
+            found = storage.exists(path)
+        except (storage.StorageError, OSError) as e:
+            raise SourceError(f"{storage.redact(path)}: {e}") from None
+        if not found:
+            raise SourceError(f"{storage.redact(path)}: no such file or directory")
+        fmt = fmt or detect_format(path)
+        if fmt == "folder":
+            return fmt, iter_folder_url(path, prompt)
+        if fmt in ("llava", "messages"):
+            return fmt, iter_json_source(path, fmt, image_root)
+        raise SourceError(f"{storage.redact(path)}: --format {fmt} is read from local paths only")
     if not os.path.exists(path):
         raise SourceError(f"{path}: no such file or directory")
     fmt = fmt or detect_format(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 from pathlib import Path
 from typing import Iterator
 
@@ -44,7 +45,10 @@ def iter_folder(root: str, prompt: str) -> Iterator[SourceItem]:
 
 
 def _json_sidecar(path: Path, prompt: str) -> list:
-    doc = json.loads(path.read_text(encoding="utf-8"))
+    return _json_doc(json.loads(path.read_text(encoding="utf-8")), prompt)
+
+
+def _json_doc(doc, prompt: str) -> list:
     if isinstance(doc, str):
         doc = {"caption": doc}
     if not isinstance(doc, dict):
@@ -59,3 +63,61 @@ def _json_sidecar(path: Path, prompt: str) -> list:
                 raise BadRecord("empty caption")
             return caption_conversation(doc[k], prompt)
     raise BadRecord("sidecar has none of caption/text/conversations/messages")
+
+
+def iter_folder_url(root: str, prompt: str, batch: int = 256) -> Iterator[SourceItem]:
+    """The same items as ``iter_folder`` for a folder on object storage (``s3://bucket/prefix``).
+
+    One recursive listing gives the images and which sidecars exist; sidecars are fetched in
+    concurrent batches. Items are identical to a local copy's except that images are URLs.
+    """
+    from .. import storage
+
+    base = root.rstrip("/")
+    files = storage.find(base)
+    rel_of = {f: f[len(base) + 1:] for f in files if f.startswith(base + "/")}
+    present = set(rel_of.values())
+    images = sorted((r for r in present if posixpath.splitext(r)[1].lower() in IMAGE_SUFFIXES))
+    for lo in range(0, len(images), batch):
+        chunk = images[lo:lo + batch]
+        want = []
+        for rel in chunk:
+            stem = posixpath.splitext(rel)[0]
+            want += [f"{base}/{stem}{ext}" for ext in (".txt", ".json") if stem + ext in present]
+        got = storage.cat_many(want) if want else {}
+        for offset, rel in enumerate(chunk):
+            stem = posixpath.splitext(rel)[0]
+            txt_name, js_name = posixpath.basename(stem) + ".txt", posixpath.basename(stem) + ".json"
+            item = SourceItem(index=lo + offset, input=rel, source_id=stem, images=[f"{base}/{rel}"])
+            try:
+                if stem + ".txt" in present:
+                    caption = _text(_fetched(got, f"{base}/{stem}.txt"))
+                    if not caption.strip():
+                        item.error = ("empty_caption", f"{txt_name} is empty")
+                    else:
+                        item.conversation = caption_conversation(caption, prompt)
+                elif stem + ".json" in present:
+                    item.conversation = _json_doc(json.loads(_text(_fetched(got, f"{base}/{stem}.json"))), prompt)
+                else:
+                    item.error = ("missing_caption", f"no {txt_name} or {js_name} beside the image")
+            except UnicodeDecodeError as e:
+                item.error = ("bad_caption", f"{txt_name} is not UTF-8 ({e.reason})")
+            except json.JSONDecodeError as e:
+                item.error = ("bad_json", f"{js_name}: {e}")
+            except BadRecord as e:
+                item.error = ("bad_record", f"{js_name}: {e}")
+            yield item
+
+
+def _text(data: bytes) -> str:
+    """UTF-8 with universal newlines, exactly as ``Path.read_text`` reads a local sidecar."""
+    return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _fetched(got: dict, url: str) -> bytes:
+    v = got.get(url)
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v)
+    from .. import storage
+
+    return storage.cat(url)  # not in the batch answer (or an error there): one more try, errors propagate

@@ -12,25 +12,26 @@ import json
 import os
 from typing import Iterator
 
+from .. import storage
 from .base import SourceError, SourceItem
 from .text import BadRecord, from_turns
 
 
 def iter_records(path: str) -> Iterator[tuple[str, object, str | None]]:
     """(input label, record or None, parse error) for a JSON array file or a JSONL file."""
-    name = os.path.basename(path)
-    with open(path, "rb") as f:
+    name = storage.basename(path)
+    with storage.open(path, "rb") as f:
         head = f.read(4096).lstrip()
     if head.startswith(b"["):
         try:
-            with open(path, encoding="utf-8") as f:
+            with storage.open(path, "r", encoding="utf-8") as f:
                 records = json.load(f)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise SourceError(f"{path}: not valid JSON ({e})") from None
+            raise SourceError(f"{storage.redact(path)}: not valid JSON ({e})") from None
         for i, rec in enumerate(records):
             yield f"{name}[{i}]", rec, None
         return
-    with open(path, "rb") as f:
+    with storage.open(path, "rb") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -46,7 +47,11 @@ def _resolve(ref: object, root: str) -> str:
     if ref.startswith("file://"):
         ref = ref[7:]
     if "://" in ref:
-        raise BadRecord(f"remote image {ref!r:.80} (only local files are read)")
+        if storage.protocol(ref) in storage.OBJECT_STORES:
+            return ref  # object storage (credentials from the environment)
+        raise BadRecord(f"remote image {storage.redact(ref)!r:.80} (only local files and object storage are read)")
+    if storage.is_url(root):
+        return ref if os.path.isabs(ref) else storage.join(root, ref)
     return ref if os.path.isabs(ref) else os.path.join(root, ref)
 
 
@@ -74,7 +79,7 @@ def _messages(rec: dict, root: str) -> tuple[list, list[str]]:
 
 
 def iter_json_source(path: str, fmt: str, image_root: str | None) -> Iterator[SourceItem]:
-    root = image_root or os.path.dirname(path)
+    root = storage.local(image_root) if image_root else storage.dirname(path)
     convert = _llava if fmt == "llava" else _messages
     for index, (label, rec, err) in enumerate(iter_records(path)):
         item = SourceItem(index=index, input=label)

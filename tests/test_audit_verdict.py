@@ -1,0 +1,100 @@
+"""Audit metrics and verdict on constructed numbers (exact)."""
+
+import pytest
+
+from vlmdata.audit.metrics import rate, ratio_ci, summarize
+from vlmdata.audit.verdict import decide, knobs, stage_attribution
+
+
+def recs(step_ms, n=5, samples=2, useful=100, flops=1e12, wait=0.0, times=None, padding=0, total=200):
+    return [{"step_ms": step_ms, "data_wait_ms": wait, "samples": samples, "images": samples, "tokens_total": total,
+             "tokens_useful": useful, "tokens_visual": 50, "tokens_padding": padding, "flops": flops,
+             "times_ms": times or {"vision": 0.0, "total": step_ms - wait}} for _ in range(n)]
+
+
+def runs(**by):
+    return {k: {"records": v, "world_size": 1} for k, v in by.items()}
+
+
+def summaries(r):
+    return {k: summarize(v["records"]) for k, v in r.items()}
+
+
+def test_rates_exact():
+    r = recs(500.0)
+    assert rate(r, "samples_per_s") == pytest.approx(4.0)
+    assert rate(r, "useful_tokens_per_s") == pytest.approx(200.0)
+    assert rate(r, "tflops") == pytest.approx(2.0)
+    assert rate(r, "tflops", world_size=2) == pytest.approx(1.0)
+    s = summarize(r)
+    assert s["step_ms"]["median"] == 500.0 and s["step_ms"]["std"] == 0.0
+    assert s["shape"]["tokens_useful_per_sample"] == 50.0 and s["shape"]["ms_per_sample"] == 250.0
+
+
+def test_ratio_ci_constant_steps_is_exact():
+    ci = ratio_ci(recs(500.0), recs(1000.0), "samples_per_s")
+    assert ci["ratio"] == pytest.approx(2.0) and ci["lo"] == pytest.approx(2.0) and ci["hi"] == pytest.approx(2.0)
+
+
+def test_ratio_ci_covers_point_with_noise():
+    noisy = [dict(r, step_ms=ms) for r, ms in zip(recs(0, n=6), [900, 1000, 1100, 950, 1050, 1000])]
+    ci = ratio_ci(recs(500.0), noisy, "samples_per_s")
+    assert ci["lo"] < ci["ratio"] < ci["hi"]
+
+
+@pytest.mark.parametrize("mock_ms, status", [(1000 / 1.11, "MISLEADING"), (1000 / 1.09, "OK"), (1000.0, "OK")])
+def test_threshold_boundary(mock_ms, status):
+    r = runs(imagefree=recs(mock_ms), real=recs(1000.0))
+    v = decide(r, summaries(r), threshold=0.10)
+    assert v["status"] == status
+    assert v["gaps"]["imagefree"]["samples_per_s"]["ratio"] == pytest.approx(1000 / mock_ms)
+    if status == "MISLEADING":
+        assert {o["metric"] for o in v["offenders"]} == {"samples_per_s", "tflops", "useful_tokens_per_s"}
+        assert all(o["confident"] for o in v["offenders"])
+        assert v["line"].startswith("MISLEADING: imagefree overstates real samples/s 1.11x")
+
+
+def test_useful_tokens_alone_can_mislead():
+    # same step time and FLOPs, but the mock carries 2x the loss tokens per sample
+    r = runs(**{"bridge-noise": recs(1000.0, useful=200), "real": recs(1000.0, useful=100)})
+    v = decide(r, summaries(r))
+    assert v["status"] == "MISLEADING"
+    assert [o["metric"] for o in v["offenders"]] == ["useful_tokens_per_s"]
+
+
+def test_synthetic_proxy_and_not_an_offender():
+    r = runs(synthetic=recs(1000 / 1.04), real=recs(1000.0))
+    v = decide(r, summaries(r))
+    assert v["status"] == "OK" and v["synthetic_proxy"]["trustworthy"]
+    assert v["synthetic_proxy"]["max_deviation"] == pytest.approx(0.04)
+    r = runs(synthetic=recs(1000 / 1.5), real=recs(1000.0))
+    v = decide(r, summaries(r))
+    assert v["status"] == "OK" and not v["synthetic_proxy"]["trustworthy"]  # synthetic never makes it MISLEADING
+    assert "is NOT a trustworthy proxy" in v["line"]
+
+
+def test_stage_attribution_per_sample():
+    mock = summarize(recs(400.0, times={"vision": 10.0, "backward": 300.0, "optimizer": 90.0, "total": 400.0}))
+    real = summarize(recs(1000.0, times={"vision": 400.0, "backward": 500.0, "optimizer": 100.0, "total": 1000.0}))
+    a = stage_attribution(mock, real)
+    assert a["top_stage"] == "vision"
+    assert a["ms_per_sample_diff"]["vision"] == pytest.approx(195.0)  # (400 - 10) / 2 samples
+    assert a["ms_per_sample_diff"]["backward"] == pytest.approx(100.0)
+    assert a["total_ms_per_sample_diff"] == pytest.approx(300.0)
+
+
+def test_knob_rules():
+    base = {"forward_other": 1.0, "vision": 1.0, "lm_forward": 50.0, "lm_head_loss": 5.0, "total": 0.0}
+    quiet = summarize(recs(1000.0, wait=40.0, padding=50, times=dict(base, total=960.0)))  # 4% wait, 25% padding
+    assert knobs(quiet) == []
+    loud = summarize(recs(1000.0, wait=60.0, padding=70, times={"vision": 300.0, "lm_forward": 100.0,
+                                                                 "lm_head_loss": 20.0, "total": 940.0}))
+    names = [k["knob"] for k in knobs(loud, stragglers=[1])]
+    assert set(names) == {"data_wait", "vision_encoder", "padding", "stragglers"}
+    assert names[0] == "stragglers" and names[1] == "vision_encoder"  # largest share first (0.9 > 0.35 > 0.06)
+
+
+def test_decide_needs_real():
+    r = runs(imagefree=recs(500.0))
+    with pytest.raises(ValueError, match="real"):
+        decide(r, summaries(r))

@@ -1,0 +1,147 @@
+"""The audit's verdict: is the mock throughput figure reportable, is synthetic a proxy, and why.
+
+- gap = mock rate / real rate for TFLOP/s, samples/s and useful tokens/s, with bootstrap intervals;
+- MISLEADING when, for any mock source, any of those gaps exceeds ``1 + threshold`` (point estimate;
+  ``confident`` says whether the interval's lower end is above it too);
+- synthetic is a trustworthy proxy when every available gap synthetic/real is within
+  ``proxy_tolerance`` (5%) of 1;
+- the stage that contributes most to each mock's gap: per-sample stage time, real minus mock;
+- knobs: rules on the real source's figures, largest share first (the next one to look at).
+"""
+
+from __future__ import annotations
+
+from .metrics import ratio_ci
+
+GAP_METRICS = ("tflops", "samples_per_s", "useful_tokens_per_s")
+METRIC_LABELS = {"tflops": "TFLOP/s", "samples_per_s": "samples/s", "useful_tokens_per_s": "useful tokens/s"}
+MOCKS = ("imagefree", "bridge-noise")
+DEFAULT_THRESHOLD = 0.10
+PROXY_TOLERANCE = 0.05
+FORWARD_STAGES = ("forward_other", "vision", "projector", "lm_forward", "lm_head_loss")
+
+
+def gaps(runs: dict[str, dict], source: str, real: str = "real", seed: int = 0) -> dict[str, dict | None]:
+    """``{metric: ratio_ci(source/real)}``; ``runs[name] = {"records": [...], "world_size": n}``."""
+    a, b = runs[source], runs[real]
+    return {m: ratio_ci(a["records"], b["records"], m, world_num=a.get("world_size", 1),
+                        world_den=b.get("world_size", 1), seed=seed) for m in GAP_METRICS}
+
+
+def stage_attribution(mock: dict, real: dict) -> dict:
+    """Which stages make real slower than mock, per sample (ms): real minus mock, largest first."""
+    rm, mm = real.get("stages_ms_per_sample") or {}, mock.get("stages_ms_per_sample") or {}
+    diff = {k: rm.get(k, 0.0) - mm.get(k, 0.0) for k in {*rm, *mm}}
+    total = sum(diff.values())
+    ranked = sorted(diff.items(), key=lambda kv: -kv[1])
+    top = ranked[0][0] if ranked and ranked[0][1] > 0 else None
+    return {"ms_per_sample_diff": dict(ranked), "total_ms_per_sample_diff": total, "top_stage": top,
+            "top_share": diff[top] / total if top and total > 0 else None}
+
+
+def knobs(real: dict, stragglers: list[int] | None = None) -> list[dict]:
+    """Rules on the real source's summary, each with the share of step time at stake, largest first."""
+    st, step = real.get("stages_ms") or {}, real["step_ms"]["mean"]
+    share = (lambda *ks: sum(st.get(k, 0.0) for k in ks) / step) if step else (lambda *ks: 0.0)
+    fwd = sum(st.get(k, 0.0) for k in FORWARD_STAGES)
+    out = []
+    wait = real.get("data_wait_fraction") or 0.0
+    if wait > 0.05:
+        out.append({"knob": "data_wait", "share": wait, "message":
+                    f"data wait is {wait:.0%} of step time (> 5%): the loader does not keep up; add DataLoader "
+                    "workers, pin memory, use the fast image path or GPU JPEG decode"})
+    vis = st.get("vision", 0.0) + st.get("projector", 0.0)
+    if fwd and (vis / fwd > 0.30 or vis == max(st.get(k, 0.0) for k in FORWARD_STAGES) > 0):
+        out.append({"knob": "vision_encoder", "share": min(3 * share("vision", "projector"), 1.0), "message":
+                    f"vision encoder dominates: {vis / fwd:.0%} of the forward (backward about the same share); "
+                    "profile it separately, use varlen flash attention, lower max_pixels, or give it its own "
+                    "parallelism"})
+    pad = (real.get("shape") or {}).get("padding_fraction") or 0.0
+    if pad > 0.30:
+        out.append({"knob": "padding", "share": pad, "message":
+                    f"padding is {pad:.0%} of tokens (> 30%): pack sequences or pad to a multiple of 128 "
+                    "instead of seq_length; compare runs by useful tokens/s"})
+    h2d = share("h2d")
+    if h2d > 0.05:
+        out.append({"knob": "h2d", "share": h2d, "message":
+                    f"host-to-device copies take {h2d:.0%} of step time: pin memory (non_blocking copies)"})
+    head = share("lm_head_loss")
+    if head > 0.25:
+        out.append({"knob": "lm_head", "share": head, "message":
+                    f"lm_head + loss take {head:.0%} of step time: the vocabulary projection over every token; "
+                    "compute logits on loss tokens only or fuse the cross entropy"})
+    cv = real["step_ms"].get("cv") or 0.0
+    if cv > 0.20:
+        out.append({"knob": "variance", "share": cv / 2, "message":
+                    f"step time varies (cv {cv:.0%}): batches carry different visual work; bucket by visual "
+                    "tokens or measure more steps"})
+    if stragglers:
+        out.append({"knob": "stragglers", "share": 1.0, "message":
+                    f"ranks {stragglers} carry more visual tokens per step and stall the others: balance images "
+                    "across data-parallel ranks"})
+    return sorted(out, key=lambda k: -k["share"])
+
+
+def decide(runs: dict[str, dict], summaries: dict[str, dict], *, threshold: float = DEFAULT_THRESHOLD,
+           proxy_tolerance: float = PROXY_TOLERANCE, real: str = "real", stragglers: list[int] | None = None,
+           seed: int = 0) -> dict:
+    """The full verdict. ``runs[name]["records"]`` are the measured steps; ``summaries`` from metrics.summarize."""
+    if real not in runs:
+        raise ValueError(f"the verdict needs the {real!r} source")
+    others = [s for s in runs if s != real]
+    if not others:
+        raise ValueError("the verdict needs at least one source besides real")
+    limit = 1 + threshold
+    result = {"threshold": threshold, "proxy_tolerance": proxy_tolerance, "gaps": {}, "attribution": {},
+              "offenders": []}
+    for src in others:
+        g = gaps(runs, src, real, seed)
+        result["gaps"][src] = g
+        result["attribution"][src] = stage_attribution(summaries[src], summaries[real])
+        if src == "synthetic":
+            continue
+        for m, ci in g.items():
+            if ci is not None and ci["ratio"] > limit:
+                result["offenders"].append({"source": src, "metric": m, "ratio": ci["ratio"], "lo": ci["lo"],
+                                            "hi": ci["hi"], "confident": ci["lo"] is not None and ci["lo"] > limit})
+    result["status"] = "MISLEADING" if result["offenders"] else "OK"
+    if "synthetic" in result["gaps"]:
+        devs = {m: abs(ci["ratio"] - 1) for m, ci in result["gaps"]["synthetic"].items() if ci is not None}
+        result["synthetic_proxy"] = {"trustworthy": bool(devs) and max(devs.values()) <= proxy_tolerance,
+                                     "max_deviation": max(devs.values()) if devs else None, "deviations": devs}
+    result["knobs"] = knobs(summaries[real], stragglers)
+    result["next_knob"] = result["knobs"][0]["knob"] if result["knobs"] else None
+    result["line"] = verdict_line(result)
+    return result
+
+
+def _fmt_ci(ci: dict) -> str:
+    return f"{ci['ratio']:.2f}x" + (f" [{ci['lo']:.2f}, {ci['hi']:.2f}]" if ci.get("lo") is not None else "")
+
+
+def verdict_line(v: dict) -> str:
+    """One line for the terminal and the report."""
+    limit = 1 + v["threshold"]
+    if v["status"] == "MISLEADING":
+        # headline: the metric people report first (samples/s, then TFLOP/s), then useful tokens/s
+        order = {m: i for i, m in enumerate(("samples_per_s", "tflops", "useful_tokens_per_s"))}
+        worst = min(v["offenders"], key=lambda o: (order[o["metric"]], -o["ratio"]))
+        g = v["gaps"][worst["source"]]
+        rest = ", ".join(f"{METRIC_LABELS[m]} {g[m]['ratio']:.2f}x" for m in GAP_METRICS
+                         if m != worst["metric"] and g.get(m))
+        line = (f"MISLEADING: {worst['source']} overstates real {METRIC_LABELS[worst['metric']]} "
+                f"{_fmt_ci(g[worst['metric']])} (limit {limit:.2f}x; {rest})")
+        top = v["attribution"][worst["source"]]["top_stage"]
+        if top:
+            line += f"; most of the gap is {top}"
+    else:
+        mocks = [s for s in v["gaps"] if s != "synthetic"]
+        line = (f"OK: {', '.join(mocks)} within {v['threshold']:.0%} of real" if mocks
+                else "OK: no mock source measured")
+    sp = v.get("synthetic_proxy")
+    if sp and sp["max_deviation"] is not None:
+        line += (f"; synthetic {'is' if sp['trustworthy'] else 'is NOT'} a trustworthy proxy "
+                 f"(max deviation {sp['max_deviation']:.1%}, tolerance {v['proxy_tolerance']:.0%})")
+    if v.get("next_knob"):
+        line += f"; next knob: {v['next_knob']}"
+    return line

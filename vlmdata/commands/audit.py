@@ -1,0 +1,245 @@
+"""vlmdata audit [compare --mock LOG --real LOG]"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from rich.table import Table
+
+from ..console import EXIT_MISLEADING, EXIT_OK, UserError, err, out, print_json, progress
+
+EXIT_HELP = """exit codes:
+  0  OK: every mock source is within --threshold of real (or no verdict was asked for)
+  3  MISLEADING: a mock source overstates real throughput (TFLOP/s, samples/s or useful tokens/s)
+     by more than --threshold; use it to gate a CI job or a benchmark report
+  2  usage or input error (bad option, missing shards/log, unknown source)
+Under torchrun every rank exits with the same code; torchrun itself reports a non-zero code as 1,
+so read the verdict from report.json or --json there."""
+
+CPU_DEFAULTS = {"preset": "tiny", "steps": 6, "warmup": 1, "seq_length": 2048, "micro_batch_size": 2}
+GPU_DEFAULTS = {"preset": "h200", "steps": 30, "warmup": 5, "seq_length": 4096, "micro_batch_size": 2}
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (0.1 or 10%)") from None
+    if not 0 <= v < 10:
+        raise argparse.ArgumentTypeError(f"threshold {v} out of range")
+    return v
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
+    return v
+
+
+def _non_negative(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def add_parser(sub):
+    from ..audit.runner import SOURCES
+
+    p = sub.add_parser("audit", help="measure the mock-vs-real training throughput gap; exit 3 if misleading",
+                       description=(
+        "Run one training workload (the built-in Qwen3-VL-MoE reference model with random weights, or --step)\n"
+        "on image-free and Bridge-noise mocks, distribution-matched synthetic data (profiled from the real\n"
+        "shards unless --profile is given) and the real shards, all through the same loader; explain the gap\n"
+        "stage by stage and say whether the mock figure may be reported. With no arguments: the embedded\n"
+        "sample_shards/ on CPU with the tiny preset (a few minutes at most on 2 cores).\n"
+        "GPU: --device cuda (defaults preset h200, 30 steps, 5 warm-up, seq 4096, micro-batch 2);\n"
+        "several GPUs: torchrun --nproc-per-node N -m vlmdata audit --device cuda ...\n"
+        "`vlmdata audit compare --mock LOG --real LOG` gives the same verdict from two Megatron-LM /\n"
+        "Megatron Bridge training logs."), epilog=EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--real", help="real shard folder (default: the embedded sample_shards/)")
+    p.add_argument("--profile", help="profile.json for the synthetic source (default: profile --real now)")
+    p.add_argument("--sources", default=",".join(SOURCES),
+                   help=f"comma-separated sources to measure (default {','.join(SOURCES)}); the verdict needs real")
+    p.add_argument("--preset", choices=("tiny", "small", "h200", "h200-large"),
+                   help="reference model size (default tiny on CPU, h200 on CUDA)")
+    p.add_argument("--steps", type=_positive, help="measured steps per source (default 6 CPU / 30 CUDA)")
+    p.add_argument("--warmup", type=_non_negative, help="warm-up steps per source, excluded (default 1 / 5)")
+    p.add_argument("--seq-length", type=_positive, help="loader seq_length (default 2048 CPU / 4096 CUDA)")
+    p.add_argument("--micro-batch-size", type=_positive, help="samples per step and rank (default 2)")
+    p.add_argument("--pad-to-max-length", action="store_true",
+                   help="pad every batch to --seq-length (Bridge's MoE/EP>1 Qwen3-VL step does this)")
+    p.add_argument("--num-workers", type=_non_negative, default=0, help="loader DataLoader workers (default 0)")
+    p.add_argument("--loader-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra make_loader keyword (int/float/bool/str), repeatable")
+    p.add_argument("--threshold", type=_fraction, default=0.10,
+                   help="MISLEADING when mock/real exceeds 1 + this (default 0.10; '10%%' works)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
+    p.add_argument("--logits", choices=("all", "loss"),
+                   help="lm_head over all tokens (Bridge; default on CUDA) or loss tokens only (default on CPU)")
+    p.add_argument("--step", metavar="MODULE:FUNCTION",
+                   help="user workload: a callable taking a batch and running one training step")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model, loaders and bootstrap (default 0)")
+    p.add_argument("--threads", type=_positive, help="torch CPU threads (default: torch's)")
+    p.add_argument("-o", "--out", help="write report.json, report.md and report.html into this folder")
+    p.add_argument("--json", action="store_true", help="print the report (without per-step records) as JSON")
+    cs = p.add_subparsers(dest="audit_command", metavar="{compare}")
+    c = cs.add_parser("compare", help="verdict from two Megatron-LM / Bridge training logs", epilog=EXIT_HELP,
+                      formatter_class=argparse.RawDescriptionHelpFormatter, description=(
+        "Parse the iteration lines (elapsed time per iteration, throughput per GPU, global batch size) of a\n"
+        "mock run and a real run of the same workload, drop warm-up iterations, and give the audit's verdict\n"
+        "on TFLOP/s/GPU and samples/s (and tokens/s when seq_length is known)."))
+    c.add_argument("--mock", required=True, help="training log of the mock-data run")
+    c.add_argument("--real", required=True, help="training log of the real-data run")
+    c.add_argument("--warmup", type=_non_negative,
+                   help="iterations to exclude (default: the first logged interval and the first 10%%)")
+    c.add_argument("--seq-length", type=_positive, help="tokens per sample when the logs do not print seq_length")
+    c.add_argument("--threshold", type=_fraction, default=0.10, help="as for audit (default 0.10)")
+    c.add_argument("-o", "--out", help="write report.json, report.md and report.html into this folder")
+    c.add_argument("--json", action="store_true", help="print the report as JSON")
+    c.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no table")
+    return p
+
+
+def _loader_kwargs(args) -> dict:
+    kw = {"num_epochs": None, "num_workers": args.num_workers}  # repeat the source as long as the audit needs
+    if args.pad_to_max_length:
+        kw["pad_to_max_length"] = True
+    for item in args.loader_arg:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--loader-arg needs KEY=VALUE, got {item!r}")
+        low = value.lower()
+        if low in ("true", "false", "none"):
+            kw[key] = {"true": True, "false": False, "none": None}[low]
+        else:
+            for cast in (int, float, str):
+                try:
+                    kw[key] = cast(value)
+                    break
+                except ValueError:
+                    continue
+    return kw
+
+
+def config_from(args):
+    from ..audit.runner import AuditConfig, SAMPLE_SHARDS
+
+    import torch
+
+    cuda = torch.device(args.device).type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise UserError("--device cuda but no CUDA device is available")
+    d = GPU_DEFAULTS if cuda else CPU_DEFAULTS
+    pick = lambda name: d[name] if getattr(args, name) is None else getattr(args, name)  # noqa: E731
+    sources = tuple(s.strip() for s in args.sources.split(",") if s.strip())
+    if "real" not in sources or len(sources) < 2:
+        raise UserError("--sources must include real and at least one other source (the verdict compares to real)")
+    return AuditConfig(real=args.real or SAMPLE_SHARDS, profile=args.profile, sources=sources, preset=pick("preset"),
+                       device=args.device, steps=pick("steps"), warmup=pick("warmup"), seq_length=pick("seq_length"),
+                       micro_batch_size=pick("micro_batch_size"), seed=args.seed, logits=args.logits, step=args.step,
+                       loader_kwargs=_loader_kwargs(args))
+
+
+def run(args) -> int:
+    if getattr(args, "audit_command", None) == "compare":
+        return run_compare(args)
+    import torch
+
+    from ..audit.distributed import gather, init_distributed, shutdown
+    from ..audit.report import build_report, write_report
+    from ..audit.runner import AuditError, run_audit
+
+    cfg = config_from(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    info = init_distributed(cfg.device)
+    main = info is None or info.is_main
+    quiet = args.quiet or args.json or not main
+    try:
+        bar = lambda total: progress("audit: " + ", ".join(cfg.sources), total, quiet=quiet)  # noqa: E731
+        try:
+            result = run_audit(cfg, out_dir=args.out, dist=info, progress=bar)
+        except (AuditError, ValueError) as e:
+            raise UserError(str(e)) from None
+        report = build_report(gather(result, info), threshold=args.threshold, seed=cfg.seed)
+    finally:
+        shutdown(info)
+    report["wall_s"] = time.perf_counter() - t0
+    if main:
+        _emit(report, args)
+    v = report["verdict"]
+    return EXIT_MISLEADING if v and v["status"] == "MISLEADING" else EXIT_OK
+
+
+def run_compare(args) -> int:
+    from ..audit.logs import LogError, compare_logs
+
+    try:
+        report = compare_logs(args.mock, args.real, warmup=args.warmup, seq_length=args.seq_length,
+                              threshold=args.threshold)
+    except LogError as e:
+        raise UserError(str(e)) from None
+    _emit(report, args)
+    return EXIT_MISLEADING if report["verdict"]["status"] == "MISLEADING" else EXIT_OK
+
+
+def _emit(report: dict, args) -> None:
+    from ..audit.report import write_report
+
+    if args.out:
+        paths = write_report(report, args.out)
+    if args.json:
+        print_json({**report, "sources": {k: {kk: vv for kk, vv in v.items() if kk != "records"}
+                                          for k, v in report["sources"].items()}})
+        return
+    if getattr(args, "quiet", False):
+        return
+    out.print(_table(report))
+    v = report["verdict"]
+    if v:
+        colour = "bold red" if v["status"] == "MISLEADING" else "bold green"
+        out.print(f"[{colour}]{v['line']}[/]", soft_wrap=True)
+        for k in v["knobs"][:3]:
+            out.print(f"  - {k['message']}", soft_wrap=True, highlight=False)
+    for name, st in (report.get("stragglers") or {}).items():
+        if st["flagged"]:
+            err.print(f"[yellow]straggler ranks on {name}:[/] {st['flagged']} "
+                      f"(visual-token imbalance {st['visual_imbalance']:.2f}x)")
+    if args.out:
+        out.print(f"report: {', '.join(paths.values())}" + (f"  ({report['wall_s']:.0f} s)" if "wall_s" in report
+                                                             else ""), soft_wrap=True)
+
+
+def _table(report: dict) -> Table:
+    v = report.get("verdict") or {}
+    gaps = v.get("gaps", {})
+    cfg = report.get("config", {})
+    title = ("vlmdata audit compare" if report.get("kind") == "logs" else
+             f"vlmdata audit: {report['workload']['name']} on {cfg.get('device')}, "
+             f"{cfg.get('steps')} steps x {cfg.get('micro_batch_size')} samples"
+             + (f" x {report['world_size']} ranks" if report.get("world_size", 1) > 1 else ""))
+    t = Table(title=title)
+    cols = ("source", "step ms", "samples/s", "useful tok/s", "TFLOP/s", "vs real", "data wait", "padding")
+    for c in cols:
+        t.add_column(c, justify="left" if c == "source" else "right", no_wrap=True)
+    f = lambda x, fmt="{:.3g}": "-" if x is None else fmt.format(x)  # noqa: E731
+    for name, src in report["sources"].items():
+        s = src["summary"]
+        g = gaps.get(name, {}).get("samples_per_s")
+        rel = "1" if name == "real" else ("-" if not g else f"{g['ratio']:.2f}x" + (
+            f" [{g['lo']:.2f}-{g['hi']:.2f}]" if g.get("lo") is not None else ""))
+        t.add_row(name, f"{s['step_ms']['median']:.0f}", f(s["rates"]["samples_per_s"]),
+                  f(s["rates"]["useful_tokens_per_s"]), f(s["rates"]["tflops"]), rel,
+                  f(s.get("data_wait_fraction"), "{:.1%}"), f(s["shape"].get("padding_fraction"), "{:.0%}"))
+    return t

@@ -1,0 +1,133 @@
+"""Execution engines: where per-chunk ``prepare`` work and per-shard ``write_shard`` work run.
+
+An engine has two operations, both used by ``vlmdata build`` (and usable by ``vlmdata synth``):
+
+- ``engine.imap(fn, args_iter, window)``: ``fn(args)`` for each element, results yielded **in input
+  order**, with at most ``window`` calls in flight (``args_iter`` is consumed lazily, so memory stays
+  bounded however long the input is).
+- ``engine.submit(fn, *args)``: one call, returns a handle with ``.result()``.
+
+``engine.parallelism`` is how many calls can run at once. Engines are context managers.
+
+Because planning (which sample goes in which shard) happens in the driver in input order and only
+the pure per-chunk/per-shard work is distributed, the output does not depend on the engine or on
+its number of workers.
+
+- ``LocalEngine(workers)``: inline for ``workers <= 1``, else a ``multiprocessing`` pool (fork).
+- ``RayEngine(address, workers, max_retries)`` (``vlmdata.engines.ray_engine``): Ray tasks on a local Ray
+  instance (``address=None``, ``workers`` CPUs) or an existing cluster (``address="auto"`` or
+  ``"ray://host:10001"``); failed tasks are retried by Ray (``max_retries``).
+
+``get_engine(name, workers=..., address=...)`` picks one by name ("local" or "ray").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import threading
+from collections import deque
+from typing import Any, Callable, Iterable, Iterator
+
+ENGINES = ("local", "ray")
+
+
+class EngineError(Exception):
+    """The engine cannot be used (not installed, cannot connect)."""
+
+
+class _Done:
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+class _Async:
+    def __init__(self, ar):
+        self.ar = ar
+
+    def result(self):
+        return self.ar.get()
+
+
+class Engine:
+    name = "engine"
+    parallelism = 1
+
+    def imap(self, fn: Callable, args: Iterable, window: int | None = None) -> Iterator:
+        raise NotImplementedError
+
+    def submit(self, fn: Callable, *args) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class LocalEngine(Engine):
+    name = "local"
+
+    def __init__(self, workers: int = 1):
+        self.parallelism = max(1, workers)
+        self.pool = None
+        if workers > 1:
+            ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+            self.pool = ctx.Pool(workers)
+
+    def imap(self, fn, args, window=None):
+        if self.pool is None:
+            for a in args:
+                yield fn(a)
+            return
+        sem = threading.Semaphore(window or 4 * self.parallelism)  # calls in flight: bounds memory
+
+        def feed():
+            for a in args:
+                sem.acquire()
+                yield a
+
+        for res in self.pool.imap(fn, feed(), chunksize=1):
+            sem.release()
+            yield res
+
+    def submit(self, fn, *args):
+        if self.pool is None:
+            return _Done(fn(*args))
+        return _Async(self.pool.apply_async(fn, args))
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+            self.pool = None
+
+
+def get_engine(name: str = "local", *, workers: int = 1, address: str | None = None, max_retries: int = 3) -> Engine:
+    if name == "local":
+        if address:
+            raise EngineError("--address is for --engine ray")
+        return LocalEngine(workers)
+    if name == "ray":
+        from .ray_engine import RayEngine
+
+        return RayEngine(address=address, workers=workers, max_retries=max_retries)
+    raise EngineError(f"unknown engine {name!r} (choose from {', '.join(ENGINES)})")
+
+
+def engine_context(engine: "Engine | str | None", workers: int, address: str | None = None):
+    """A context manager giving an Engine: an Engine passed in is used as is (and not closed)."""
+    if isinstance(engine, Engine):
+        return contextlib.nullcontext(engine)
+    return get_engine(engine or "local", workers=workers, address=address)
+
+
+__all__ = ["ENGINES", "Engine", "EngineError", "LocalEngine", "engine_context", "get_engine"]

@@ -1,0 +1,304 @@
+"""``make_loader``: real shards, synthetic profiles or mocks -> Megatron Bridge Qwen-VL batches.
+
+    from vlmdata.loaders import make_loader
+    loader = make_loader("sample_shards", model="qwen3-vl", seq_length=4096, micro_batch_size=2, num_workers=2)
+    for batch in loader:          # dicts: input_ids, labels, loss_mask, position_ids, attention_mask,
+        ...                       #        mm_token_type_ids, visual_inputs (pixel_values, image_grid_thw)
+    state = loader.state_dict()   # exact mid-epoch resume: make_loader(...).load_state_dict(state)
+    loader.stats.to_json()        # samples, batches, skipped samples with shard/key/reason
+
+See docs/loaders.md for the guarantees.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from ..qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
+from ..schema import Sample
+from .collate import Collator, Processed
+from .pipeline import BadSampleError, Plan, SampleRef, ShardReader, Stats, parse_raw, record_skip, scan_shard
+from .tokenize import ChatTokenizer
+from .vision import preprocess_any
+
+MOCK_NAMES = ("imagefree", "bridge-noise")
+
+
+# ----------------------------------------------------------------------------- sources
+
+def resolve_shards(source: str) -> list[str]:
+    """A dataset dir (manifest.json order, else sorted *.tar), a glob pattern, or one .tar path."""
+    if os.path.isdir(source):
+        if os.path.exists(os.path.join(source, "manifest.json")):
+            from ..manifest import load_manifest, shard_paths
+
+            return shard_paths(source, load_manifest(source))
+        paths = sorted(glob.glob(os.path.join(source, "*.tar")))
+    elif any(c in source for c in "*?["):
+        paths = sorted(glob.glob(source))
+    else:
+        paths = [source] if source.endswith(".tar") and os.path.exists(source) else []
+    if not paths:
+        raise ValueError(f"no tar shards found for {source!r}")
+    return paths
+
+
+def open_source(source, seed: int):
+    """(kind, payload): ("shards", paths) or ("source", object with .get(i) -> Sample)."""
+    if hasattr(source, "get") and callable(source.get):
+        return "source", source
+    if isinstance(source, (list, tuple)):
+        return "shards", [os.fspath(p) for p in source]
+    source = os.fspath(source)
+    if source in MOCK_NAMES:
+        from ..synthetic.source import MockSource
+
+        return "source", MockSource(source, seed)
+    if source.endswith(".json") and os.path.isfile(source):
+        from ..synthetic.source import SyntheticSource
+
+        return "source", SyntheticSource(source, seed)
+    return "shards", resolve_shards(source)
+
+
+# ----------------------------------------------------------------------------- per-sample processing
+
+class SampleProcessor:
+    """Sample -> Processed (pixel rows, grids, token ids, labels, loss mask). Picklable."""
+
+    def __init__(self, chat: ChatTokenizer, model: str, min_pixels: int, max_pixels: int, resize: str = "bridge",
+                 exact_images: bool = False):
+        self.chat, self.spec = chat, get_spec(model)
+        self.min_pixels, self.max_pixels = min_pixels, max_pixels
+        self.resize, self.exact_images = resize, exact_images
+
+    def __call__(self, sample: Sample) -> Processed:
+        pvs, grids = [], []
+        for i, img in enumerate(sample.images):
+            try:
+                pv, g = preprocess_any(img, self.spec, self.min_pixels, self.max_pixels, self.resize, self.exact_images)
+            except Exception as e:  # PIL raises OSError, SyntaxError, ValueError... for bad bytes
+                raise BadSampleError(f"image {i} undecodable: {type(e).__name__}: {e}", key=sample.key,
+                                     reason="undecodable_image") from e
+            pvs.append(pv)
+            grids.append(g)
+        try:
+            row = self.chat.tokenize(sample.conversation, [self.chat.image_tokens(g) for g in grids])
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise BadSampleError(f"conversation unusable: {e}", key=sample.key, reason="bad_conversation") from e
+        return Processed(sample.key, row, pvs, grids)
+
+
+# ----------------------------------------------------------------------------- iterable dataset
+
+@dataclass
+class _Meta:
+    worker: int
+    epoch: int
+    position: int  # references of this worker's stream consumed after this batch
+    samples: int
+    skipped: list
+    keys: list
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    """Yields (meta, batch) for one epoch of this rank; splits by DataLoader worker itself."""
+
+    def __init__(self, kind, payload, plan: Plan, processor: SampleProcessor, collator: Collator, *, rank: int,
+                 world: int, num_workers: int, micro_batch_size: int, on_error: str, drop_last: bool = False):
+        self.kind, self.payload, self.plan = kind, payload, plan
+        self.processor, self.collator = processor, collator
+        self.rank, self.world, self.num_workers = rank, world, max(1, num_workers)
+        self.mbs, self.on_error, self.drop_last = micro_batch_size, on_error, drop_last
+        self.epoch = 0
+        self.start = [0] * self.num_workers
+
+    def _load(self, reader, item) -> Sample:
+        if self.kind == "source":
+            return self.payload.get(item)
+        ref: SampleRef = item
+        shard = self.payload[ref.shard]
+        if ref.error is not None:
+            raise BadSampleError(ref.error[1], shard=shard, key=ref.key, reason=ref.error[0])
+        try:
+            files = reader.read(ref)
+        except OSError as e:
+            raise BadSampleError(f"read failed: {e}", shard=shard, key=ref.key, reason="read_error") from e
+        try:
+            return parse_raw(files, ref.key)
+        except BadSampleError as e:
+            e.shard = shard
+            raise
+
+    def iter_worker(self, worker: int) -> Iterator[tuple[_Meta, dict]]:
+        items = self.plan.stream(self.epoch, self.rank, self.world, worker, self.num_workers)
+        reader = ShardReader(self.payload) if self.kind == "shards" else None
+        pending: list[Processed] = []
+        skipped: list[dict] = []
+        pos = self.start[worker]
+        try:
+            for item in items[pos:]:
+                pos += 1
+                try:
+                    sample = self._load(reader, item)
+                    pending.append(self.processor(sample))
+                except BadSampleError as e:
+                    shard = e.shard or (self.payload[item.shard] if self.kind == "shards" else f"source[{item}]")
+                    key = e.key or getattr(item, "key", str(item))
+                    if self.on_error == "raise":
+                        raise BadSampleError(f"shard {shard} key {key}: {e}", shard, key, e.reason) from e
+                    skipped.append(record_skip(shard, key, e.reason, str(e)))
+                if len(pending) == self.mbs:
+                    yield _Meta(worker, self.epoch, pos, len(pending), skipped, [p.key for p in pending]), \
+                        self.collator(pending)
+                    pending, skipped = [], []
+            if pending and not self.drop_last:
+                yield _Meta(worker, self.epoch, pos, len(pending), skipped, [p.key for p in pending]), \
+                    self.collator(pending)
+            elif skipped or pending:  # tail with no batch: still report the skips and the position
+                yield _Meta(worker, self.epoch, pos, 0, skipped, []), None
+        finally:
+            if reader:
+                reader.close()
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        return self.iter_worker(info.id if info is not None else 0)
+
+
+class VlmLoader:
+    """Iterable of Bridge-ready batches with exact resume and bad-sample accounting.
+
+    Iterating runs ``num_epochs`` epochs (None: forever), continuing from the current state.
+    ``state_dict()`` after any batch and ``load_state_dict()`` on a loader built with the same arguments
+    resume at exactly the next sample of every worker stream."""
+
+    def __init__(self, stream: _Stream, num_workers: int, num_epochs: int | None, prefetch_factor: int = 2,
+                 pin_memory: bool = False):
+        self.stream = stream
+        self.num_workers = num_workers
+        self.num_epochs = num_epochs
+        self.prefetch_factor, self.pin_memory = prefetch_factor, pin_memory
+        self.epoch = 0
+        self.consumed = [0] * max(1, num_workers)
+        self.stats = Stats()
+        self.collate_fn = stream.collator
+        self.last_keys: list[str] = []  # sample keys of the batch just yielded (provenance; not in the batch)
+
+    # -- state
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "consumed": list(self.consumed), "num_workers": max(1, self.num_workers),
+                "rank": self.stream.rank, "world": self.stream.world, "seed": self.stream.plan.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, mine in (("num_workers", max(1, self.num_workers)), ("world", self.stream.world),
+                        ("rank", self.stream.rank), ("seed", self.stream.plan.seed)):
+            if state.get(k) != mine:
+                raise ValueError(f"state was saved with {k}={state.get(k)}, this loader has {k}={mine}")
+        self.epoch = int(state["epoch"])
+        self.consumed = list(state["consumed"])
+
+    # -- iteration
+    def _epoch_iter(self):
+        self.stream.epoch = self.epoch
+        self.stream.start = list(self.consumed)
+        if self.num_workers > 0:
+            dl = torch.utils.data.DataLoader(self.stream, batch_size=None, num_workers=self.num_workers,
+                                             prefetch_factor=self.prefetch_factor, pin_memory=self.pin_memory,
+                                             persistent_workers=False, multiprocessing_context="fork"
+                                             if hasattr(os, "fork") else None)
+            return iter(dl)
+        return self.stream.iter_worker(0)
+
+    def __iter__(self) -> Iterator[dict]:
+        done = 0
+        while self.num_epochs is None or done < self.num_epochs:
+            for meta, batch in self._epoch_iter():
+                self.consumed[meta.worker] = meta.position
+                self.stats.skipped_samples.extend(meta.skipped)
+                if batch is None:
+                    continue
+                self.last_keys = meta.keys
+                self.stats.samples += meta.samples
+                self.stats.batches += 1
+                yield batch
+            self.epoch += 1
+            self.consumed = [0] * len(self.consumed)
+            done += 1
+
+    def epoch_samples(self) -> int:
+        """References this rank's plan holds per epoch (good and bad)."""
+        return sum(len(self.stream.plan.stream(self.epoch, self.stream.rank, self.stream.world, w,
+                                               self.stream.num_workers)) for w in range(self.stream.num_workers))
+
+
+def _dist_rank_world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def make_loader(source: Any, model: str = "qwen3-vl", tokenizer=None, seq_length: int | None = 4096,
+                micro_batch_size: int = 1, pad_to_max_length: bool = False, pad_to_multiple_of: int = 128,
+                packing: bool = False, packing_pad_to_multiple_of: int = 1, num_workers: int = 0, seed: int = 0,
+                rank: int | None = None, world_size: int | None = None, shuffle: bool = True,
+                shuffle_buffer: int = 256, min_pixels: int = BRIDGE_MIN_PIXELS, max_pixels: int = BRIDGE_MAX_PIXELS,
+                on_error: str = "skip", num_epochs: int | None = 1, epoch_samples: int = 10_000,
+                resize: str = "bridge", exact_images: bool = False, chat_template: str | None = None,
+                bridge_visual_inputs: bool = False, drop_last: bool = False, pin_memory: bool = False,
+                prefetch_factor: int = 2) -> VlmLoader:
+    """A loader of Megatron Bridge Qwen-VL batches.
+
+    source: a shard dir / glob / .tar list, a synthetic profile .json, "imagefree" / "bridge-noise", or
+        any object with ``get(i) -> Sample``. Synthetic and mock sources have ``epoch_samples`` per epoch.
+    model: "qwen2-vl" | "qwen2.5-vl" | "qwen3-vl" (patch 14/14/16; MoE variants use the same processor).
+    tokenizer: a HF Qwen tokenizer (default: ``vlmdata.qwen.load_qwen_tokenizer()``, offline).
+    seq_length, pad_to_max_length, pad_to_multiple_of, packing, packing_pad_to_multiple_of: as Bridge's
+        ``qwen2_5_collate_fn`` (sequence_length, pad_to_max_length, pad_to_multiple_of,
+        enable_in_batch_packing, in_batch_packing_pad_to_multiple_of).
+    rank, world_size: default torch.distributed's (else RANK / WORLD_SIZE env, else 0 / 1); pass the
+        data-parallel rank and size when TP/PP/CP ranks exist.
+    resize: "bridge" (qwen-vl-utils pre-resize + HF, Bridge's collate) or "hf"; exact_images: bit-exact
+        Pillow path instead of the fast one (see vlmdata.loaders.vision).
+    on_error: "skip" (count + log with shard and key; ``loader.stats``) or "raise".
+    """
+    if on_error not in ("skip", "raise"):
+        raise ValueError(f"on_error must be 'skip' or 'raise', got {on_error!r}")
+    if rank is None or world_size is None:
+        r, w = _dist_rank_world()
+        rank = r if rank is None else rank
+        world_size = w if world_size is None else world_size
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} outside world of {world_size}")
+    kind, payload = open_source(source, seed)
+    if kind == "shards":
+        plan = Plan("shards", refs_by_shard=[scan_shard(p, i) for i, p in enumerate(payload)], seed=seed,
+                    shuffle=shuffle, buffer=shuffle_buffer)
+    else:
+        plan = Plan("source", epoch_samples=epoch_samples, seed=seed, shuffle=shuffle, buffer=shuffle_buffer)
+    chat = ChatTokenizer(tokenizer, model, chat_template=chat_template)
+    spec = get_spec(model)
+    collator = Collator(pad_token_id=chat.pad_token_id, patch_dim=spec.patch_dim, seq_length=seq_length,
+                        pad_to_max_length=pad_to_max_length, pad_to_multiple_of=pad_to_multiple_of, packing=packing,
+                        packing_pad_to_multiple_of=packing_pad_to_multiple_of, bridge_visual_inputs=bridge_visual_inputs)
+    processor = SampleProcessor(chat, model, min_pixels, max_pixels, resize, exact_images)
+    stream = _Stream(kind, payload, plan, processor, collator, rank=rank, world=world_size, num_workers=num_workers,
+                     micro_batch_size=micro_batch_size, on_error=on_error, drop_last=drop_last)
+    return VlmLoader(stream, num_workers, num_epochs, prefetch_factor, pin_memory)
+
+
+def process_samples(samples: list[Sample], model: str = "qwen3-vl", tokenizer=None, **kw) -> dict:
+    """Collate a list of in-memory samples into one batch (no pipeline): for tests and tools."""
+    chat = kw.pop("chat", None) or ChatTokenizer(tokenizer, model, chat_template=kw.pop("chat_template", None))
+    proc = SampleProcessor(chat, model, kw.pop("min_pixels", BRIDGE_MIN_PIXELS), kw.pop("max_pixels", BRIDGE_MAX_PIXELS),
+                           kw.pop("resize", "bridge"), kw.pop("exact_images", False))
+    col = Collator(pad_token_id=chat.pad_token_id, patch_dim=get_spec(model).patch_dim, **kw)
+    return col([proc(s) for s in samples])
+
+

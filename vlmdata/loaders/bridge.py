@@ -1,0 +1,165 @@
+"""``VlmdataDatasetProvider``: vlmdata as Megatron Bridge's ``ConfigContainer.dataset``.
+
+    from vlmdata.loaders.bridge import VlmdataDatasetProvider
+    cfg.dataset = VlmdataDatasetProvider(source="/data/shards", model="qwen3-vl", seq_length=4096,
+                                         dataloader_type="cyclic", num_workers=4)
+
+It derives from Bridge's ``DatasetProvider`` (data/base.py, a ``DataloaderConfig``) when Bridge is
+importable, else from a stand-in with the same fields, so this module imports without Bridge.
+``build_datasets(context)`` returns (train, valid, test):
+
+* ``dataloader_type`` "single" / "cyclic" / "batch": map-style datasets whose item ``i`` is sample
+  ``perm_epoch[i % N]`` (a seeded permutation per pass, ``epoch = i // N``), ``len = max(requested, N)``
+  (so they repeat up to the requested counts and cover a global batch); Bridge's samplers split by DP
+  rank and resume from consumed_samples. ``collate_fn`` builds the Bridge batch (GenericVisualInputs).
+  A bad sample is replaced by the next good one in the permutation and counted/logged with shard and key
+  (``on_error="raise"`` raises instead).
+* "external": an endless ``make_loader`` iterator for the DP rank of ``context.pg_collection.dp``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from ..qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS
+
+try:  # Bridge is optional
+    from megatron.bridge.data.base import DatasetProvider as _Base  # type: ignore
+
+    HAVE_BRIDGE = True
+except Exception:  # ImportError, or its CUDA-only deps failing at import
+    HAVE_BRIDGE = False
+
+    @dataclass(kw_only=True)
+    class _Base:  # the fields of Bridge's DataloaderConfig
+        dataloader_type: str | None = None
+        num_workers: int = 2
+        data_sharding: bool = True
+        pin_memory: bool = True
+        drop_last: bool = True
+        persistent_workers: bool = True
+        trust_remote_code: bool | None = None
+        dataloader_save: str | None = None
+        dataloader_load: str | None = None
+
+        def finalize(self) -> None:
+            if self.num_workers == 0 and self.persistent_workers:
+                self.persistent_workers = False
+
+
+class MapDataset:
+    """Map-style view of a shard dataset (or a ``get(i)`` source) for Bridge's samplers."""
+
+    def __init__(self, loader_args: dict, length: int, seed: int):
+        from .api import SampleProcessor, make_loader  # noqa: F401  (build the same pieces make_loader does)
+
+        self._proto = make_loader(**{**loader_args, "num_workers": 0, "rank": 0, "world_size": 1})
+        st = self._proto.stream
+        self.kind, self.payload, self.processor = st.kind, st.payload, st.processor
+        self.collate_fn = _BridgeCollate(st.collator)
+        self.refs = [r for rs in st.plan.refs_by_shard for r in rs] if self.kind == "shards" else None
+        self.n = len(self.refs) if self.refs is not None else st.plan.epoch_samples
+        self.length = max(length, self.n)
+        self.seed = seed
+        self.on_error = loader_args.get("on_error", "skip")
+        self.skipped: list[dict] = []
+        self._perm: dict[int, list[int]] = {}
+        self._reader = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def _order(self, epoch: int) -> list[int]:
+        if epoch not in self._perm:
+            p = list(range(self.n))
+            random.Random(hash((self.seed, epoch)) & 0xFFFFFFFF).shuffle(p)
+            self._perm = {epoch: p}
+        return self._perm[epoch]
+
+    def __getitem__(self, i: int):
+        from .pipeline import BadSampleError, ShardReader, record_skip
+
+        epoch, j = divmod(int(i), self.n)
+        order = self._order(epoch)
+        for step in range(self.n):
+            idx = order[(j + step) % self.n]
+            try:
+                if self.kind == "source":
+                    return self.processor(self.payload.get(epoch * self.n + idx))
+                if self._reader is None:
+                    self._reader = ShardReader(self.payload)
+                ref = self.refs[idx]
+                if ref.error is not None:
+                    raise BadSampleError(ref.error[1], key=ref.key, reason=ref.error[0])
+                from .pipeline import parse_raw
+
+                return self.processor(parse_raw(self._reader.read(ref), ref.key))
+            except BadSampleError as e:
+                shard = self.payload[self.refs[idx].shard] if self.kind == "shards" else f"source[{idx}]"
+                if self.on_error == "raise":
+                    raise
+                self.skipped.append(record_skip(shard, e.key, e.reason, str(e)))
+        raise RuntimeError("no usable sample in the dataset")
+
+
+class _BridgeCollate:
+    def __init__(self, collator):
+        self.collator = collator
+
+    def __call__(self, items):
+        batch = self.collator(items)
+        if HAVE_BRIDGE:
+            batch["visual_inputs"] = batch["visual_inputs"].to_bridge()
+        return batch
+
+
+@dataclass(kw_only=True)
+class VlmdataDatasetProvider(_Base):
+    """vlmdata real / synthetic / mock data for Bridge's Qwen-VL steps (see module docstring)."""
+
+    source: str = "sample_shards"
+    valid_source: str | None = None
+    model: str = "qwen3-vl"
+    tokenizer_path: str | None = None
+    seq_length: int = 4096
+    pad_to_max_length: bool = False
+    pack_sequences_in_batch: bool = False
+    min_pixels: int = BRIDGE_MIN_PIXELS
+    max_pixels: int = BRIDGE_MAX_PIXELS
+    seed: int = 1234
+    on_error: str = "skip"
+    micro_batch_size: int = 1  # used by "external" only; Bridge batches map-style datasets itself
+    skip_getting_attention_mask_from_dataset: bool = True
+    loader_options: dict = field(default_factory=dict)
+
+    def _args(self, source: str) -> dict:
+        from ..qwen import load_qwen_tokenizer
+
+        return dict(source=source, model=self.model, tokenizer=load_qwen_tokenizer(self.tokenizer_path),
+                    seq_length=self.seq_length, pad_to_max_length=self.pad_to_max_length,
+                    packing=self.pack_sequences_in_batch, min_pixels=self.min_pixels, max_pixels=self.max_pixels,
+                    seed=self.seed, on_error=self.on_error, **self.loader_options)
+
+    def build_datasets(self, context):
+        if self.dataloader_type == "external":
+            rank, world = 0, 1
+            pg = getattr(context, "pg_collection", None)
+            dp = getattr(pg, "dp", None) if pg is not None else None
+            if dp is not None:
+                import torch
+
+                rank, world = torch.distributed.get_rank(dp), torch.distributed.get_world_size(dp)
+            from .api import make_loader
+
+            def it(source):
+                return iter(make_loader(**self._args(source), micro_batch_size=self.micro_batch_size,
+                                        num_workers=self.num_workers, rank=rank, world_size=world,
+                                        num_epochs=None, bridge_visual_inputs=HAVE_BRIDGE))
+            train = it(self.source)
+            valid = it(self.valid_source) if self.valid_source and context.valid_samples else None
+            return train, valid, None
+        train = MapDataset(self._args(self.source), context.train_samples, self.seed)
+        valid = (MapDataset(self._args(self.valid_source), context.valid_samples, self.seed + 1)
+                 if self.valid_source and context.valid_samples else None)
+        return train, valid, None

@@ -1,0 +1,188 @@
+"""Rows -> the batch dict a Megatron Bridge Qwen-VL step consumes (padded, or packed THD).
+
+Padded (Bridge ``qwen2_5_collate_fn`` + ``prepare_sequence_batch``): rows are right-padded to the longest
+row with the tokenizer's pad id (what ``processor(..., padding=True)`` does), then to a multiple of 128
+(capped at ``seq_length``) or to ``seq_length`` with ``pad_to_max_length``, with pad id **0** (Bridge's
+``pad_or_truncate_sequence_batch``); longer rows are truncated to ``seq_length`` (an error if that removes
+every supervised token of a row, as Bridge). Keys: input_ids, attention_mask, mm_token_type_ids,
+position_ids, labels, loss_mask, visual_inputs.
+
+Packed (``enable_in_batch_packing``, Bridge ``build_mcore_thd_sequence_batch_from_rows``): one row
+[1, T] with per-sequence position ids, ``cu_seqlens_q/kv`` int32, optional ``cu_seqlens_*_padded`` when
+``packing_pad_to_multiple_of > 1``, ``max_seqlen_q/kv`` int32 scalars, ``total_tokens`` int,
+``attention_mask`` None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+from .tokenize import IGNORE_INDEX, TokenizedRow
+
+
+@dataclass
+class VisualInputs:
+    """Mirror of Bridge's ``GenericVisualInputs`` (training/utils/visual_inputs.py): every attribute a
+    tensor or None. ``to_bridge()`` returns Bridge's own class when Bridge is importable."""
+
+    pixel_values: torch.Tensor | None = None
+    pixel_values_videos: torch.Tensor | None = None
+    image_grid_thw: torch.Tensor | None = None
+    video_grid_thw: torch.Tensor | None = None
+    second_per_grid_ts: torch.Tensor | None = None
+    image_sizes: torch.Tensor | None = None
+    image_position_ids: torch.Tensor | None = None
+    mm_token_type_ids: torch.Tensor | None = None
+
+    def as_model_kwargs(self) -> dict[str, torch.Tensor]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def normalized_for_model(self) -> dict[str, torch.Tensor]:
+        return self.as_model_kwargs()  # vlmdata's tensors are already flat ([N, D] and [n, 3])
+
+    def to_bridge(self):
+        """Bridge's ``GenericVisualInputs`` with the same tensors (ImportError without Bridge)."""
+        from megatron.bridge.training.utils.visual_inputs import GenericVisualInputs
+
+        names = {f.name for f in fields(GenericVisualInputs)}
+        return GenericVisualInputs(**{k: v for k, v in self.as_model_kwargs().items() if k in names})
+
+
+def _ceil(v: int, m: int) -> int:
+    return v if m <= 1 else -(-v // m) * m
+
+
+def visual_inputs_of(pixel_values: list[np.ndarray], grids: list[tuple[int, int, int]], patch_dim: int) -> VisualInputs:
+    if not grids:
+        return VisualInputs()
+    pv = pixel_values[0] if len(pixel_values) == 1 else np.concatenate(pixel_values)
+    return VisualInputs(pixel_values=torch.from_numpy(np.ascontiguousarray(pv)),
+                        image_grid_thw=torch.tensor(grids, dtype=torch.int64).reshape(-1, 3))
+
+
+def collate_padded(rows: list[TokenizedRow], visual: VisualInputs, *, pad_token_id: int, seq_length: int | None,
+                   pad_to_max_length: bool = False, pad_to_multiple_of: int = 128) -> dict:
+    lengths = [len(r) for r in rows]
+    longest = max(lengths)
+    if seq_length is None:
+        target = longest
+    else:
+        target = seq_length if pad_to_max_length else min(seq_length, _ceil(longest, pad_to_multiple_of))
+    B = len(rows)
+    width = max(target, longest)
+    ids = np.zeros((B, width), dtype=np.int64)
+    labels = np.full((B, width), IGNORE_INDEX, dtype=np.int64)
+    mask = np.zeros((B, width), dtype=np.float32)
+    attn = np.zeros((B, width), dtype=np.int64)
+    mm = np.zeros((B, width), dtype=np.int64)
+    for b, r in enumerate(rows):
+        n = lengths[b]
+        ids[b, :n] = r.input_ids
+        ids[b, n:longest] = pad_token_id  # processor padding=True pads with the tokenizer's pad id
+        labels[b, :n] = r.labels
+        mask[b, :n] = r.loss_mask
+        attn[b, :n] = 1
+        mm[b, :n] = r.mm_token_type_ids
+    if width > target:  # truncation to seq_length
+        had = mask.any(axis=1)
+        has = mask[:, :target].any(axis=1)
+        emptied = np.flatnonzero(had & ~has).tolist()
+        if emptied:
+            raise ValueError(f"Truncating sequence batch from {width} to {target} tokens removed every supervised "
+                             f"token from rows {emptied}. Increase sequence_length or filter overlength samples.")
+        ids, labels, mask, attn, mm = (a[:, :target] for a in (ids, labels, mask, attn, mm))
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    return {
+        "input_ids": t(ids),
+        "attention_mask": t(attn),
+        "mm_token_type_ids": t(mm),
+        "position_ids": torch.arange(target, dtype=torch.int64).unsqueeze(0).expand(B, -1).clone(),
+        "labels": t(labels),
+        "loss_mask": t(mask),
+        "visual_inputs": visual,
+    }
+
+
+def collate_packed(rows: list[TokenizedRow], visual: VisualInputs, *, seq_length: int | None,
+                   pad_to_multiple_of: int = 1, pad_token_id: int = 0) -> dict:
+    lengths = [len(r) for r in rows]
+    if seq_length is not None:
+        for n in lengths:
+            if n > seq_length:
+                raise ValueError(f"Packed sequence row length {n} exceeds configured sequence_length {seq_length}.")
+    padded = [_ceil(n, pad_to_multiple_of) for n in lengths]
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    cu_p = np.concatenate([[0], np.cumsum(padded)]).astype(np.int32)
+    total = int(cu_p[-1])
+    ids = np.full(total, pad_token_id, dtype=np.int64)
+    pos = np.zeros(total, dtype=np.int64)
+    labels = np.full(total, IGNORE_INDEX, dtype=np.int64)
+    mask = np.zeros(total, dtype=np.float32)
+    off = 0
+    for r, n, p in zip(rows, lengths, padded):
+        ids[off:off + n] = r.input_ids
+        labels[off:off + n] = r.labels
+        mask[off:off + n] = r.loss_mask
+        pos[off:off + p] = np.arange(p)  # alignment padding continues the positions, as Bridge
+        off += p
+    out = {
+        "input_ids": torch.from_numpy(ids[None]),
+        "position_ids": torch.from_numpy(pos[None]),
+        "attention_mask": None,
+        "labels": torch.from_numpy(labels[None]),
+        "loss_mask": torch.from_numpy(mask[None]),
+        "cu_seqlens_q": torch.from_numpy(cu),
+        "cu_seqlens_kv": torch.from_numpy(cu.copy()),
+    }
+    if pad_to_multiple_of > 1:
+        out["cu_seqlens_q_padded"] = torch.from_numpy(cu_p)
+        out["cu_seqlens_kv_padded"] = torch.from_numpy(cu_p.copy())
+    out["max_seqlen_q"] = torch.tensor(max(padded), dtype=torch.int32)
+    out["max_seqlen_kv"] = torch.tensor(max(padded), dtype=torch.int32)
+    out["total_tokens"] = total
+    out["visual_inputs"] = visual
+    return out
+
+
+@dataclass
+class Processed:
+    """One sample ready for collation: tokens plus its images' pixel rows and grids."""
+
+    key: str
+    row: TokenizedRow
+    pixel_values: list[np.ndarray]
+    grids: list[tuple[int, int, int]]
+
+
+class Collator:
+    """Callable ``list[Processed] -> batch``; picklable (DataLoader workers, Bridge's ``collate_fn``)."""
+
+    def __init__(self, *, pad_token_id: int, patch_dim: int, seq_length: int | None = 4096,
+                 pad_to_max_length: bool = False, pad_to_multiple_of: int = 128, packing: bool = False,
+                 packing_pad_to_multiple_of: int = 1, bridge_visual_inputs: bool = False):
+        self.pad_token_id = pad_token_id
+        self.patch_dim = patch_dim
+        self.seq_length = seq_length
+        self.pad_to_max_length = pad_to_max_length
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.packing = packing
+        self.packing_pad_to_multiple_of = packing_pad_to_multiple_of
+        self.bridge_visual_inputs = bridge_visual_inputs
+
+    def __call__(self, items: list[Processed]) -> dict:
+        items = [i for i in items if i is not None]
+        if not items:
+            raise ValueError("empty batch")
+        visual = visual_inputs_of([p for i in items for p in i.pixel_values], [g for i in items for g in i.grids],
+                                  self.patch_dim)
+        if self.bridge_visual_inputs:
+            visual = visual.to_bridge()
+        rows = [i.row for i in items]
+        if self.packing:
+            return collate_packed(rows, visual, seq_length=self.seq_length,
+                                  pad_to_multiple_of=self.packing_pad_to_multiple_of)
+        return collate_padded(rows, visual, pad_token_id=self.pad_token_id, seq_length=self.seq_length,
+                              pad_to_max_length=self.pad_to_max_length, pad_to_multiple_of=self.pad_to_multiple_of)
