@@ -11,7 +11,7 @@
 #   BRIDGE_FORCE=1  reinstall even if the venv is already complete
 #
 # Idempotent: a stamp file in the venv records the pinned set; a second run with the same pins
-# only re-checks the imports (a few seconds) and exits.
+# only re-checks the imports (about 30 s: importing megatron.bridge is slow) and exits.
 #
 # Why these pieces (details in docs/bridge-contract.md):
 #   * megatron-bridge 0.6.2 requires Python >=3.12,<3.13 and pulls CUDA-only packages

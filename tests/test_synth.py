@@ -125,7 +125,7 @@ def test_bridge_noise_in_memory():
         assert 10 <= len(words) <= 29 and set(words) <= set(BRIDGE_VOCABULARY)
     a = np.asarray(samples[0].images[0])
     assert a.dtype == np.uint8 and a.min() == 0 and a.max() == 255 and 120 < a.mean() < 135  # uniform noise
-    assert len(BRIDGE_VOCABULARY) == 150
+    assert len(BRIDGE_VOCABULARY) == 110  # Bridge's list, verbatim (not ~150 as often quoted)
     # Bridge's DirectSFTDataset: sample i is base example i % num_base_examples
     small = MockSource("bridge-noise", seed=0, num_base_examples=4)
     assert small.get(5).conversation == small.get(1).conversation and small.get(5).images[0] is small.get(1).images[0]
@@ -138,7 +138,7 @@ def test_bridge_noise_matches_bridge_source():
     keep = [n for n in tree.body if (isinstance(n, ast.Assign) and n.targets[0].id == "_MOCK_RESPONSE_VOCABULARY")
             or (isinstance(n, ast.FunctionDef) and n.name in ("make_mock_vlm_example", "make_mock_vlm_examples"))]
     assert len(keep) == 3
-    ns = {"numpy": np, "Image": Image, "Any": object}
+    ns = {"numpy": np, "Image": Image, "Any": object, "MockVLMSFTDatasetConfig": object}
     exec(compile(ast.Module(body=keep, type_ignores=[]), BRIDGE_SRC, "exec"), ns)
     from types import SimpleNamespace
 

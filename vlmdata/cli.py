@@ -12,7 +12,7 @@ import sys
 
 from .console import EXIT_USAGE, UserError, fail
 
-COMMANDS = ["build", "validate", "inspect", "demo", "profile", "synth", "compare", "audit"]
+COMMANDS = ["build", "validate", "inspect", "demo", "profile", "synth", "compare", "audit", "bench"]
 
 
 def parser() -> argparse.ArgumentParser:

@@ -151,7 +151,7 @@ def test_contract_mock_examples(stub):
 
     from megatron.bridge.data.builders import mock_vlm_sft as m
 
-    assert len(m._MOCK_RESPONSE_VOCABULARY) == 150
+    assert len(m._MOCK_RESPONSE_VOCABULARY) == 110 == len(set(m._MOCK_RESPONSE_VOCABULARY))
     cfg = m.MockVLMSFTDatasetConfig(seq_length=4096, hf_processor_path="unused", num_base_examples=2)
     ex = m.make_mock_vlm_examples(cfg)
     # Re-derive example 0 from the documented recipe: one default_rng(random_seed) stream,

@@ -290,7 +290,8 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
     if cfg.steps < 1 or cfg.warmup < 0:
         raise AuditError("--steps must be >= 1 and --warmup >= 0")
     factory = loader_factory or default_loader_factory()
-    profile_path = synthetic_profile(cfg, out_dir) if "synthetic" in cfg.sources else None
+    main = dist is None or dist.is_main  # under torchrun only rank 0 writes into out_dir
+    profile_path = synthetic_profile(cfg, out_dir if main else None) if "synthetic" in cfg.sources else None
     specs = {s: source_spec(s, cfg, profile_path) for s in cfg.sources}
     device = dist.device if dist is not None else cfg.device
     logits = cfg.resolved_logits()

@@ -107,8 +107,10 @@ def decide(runs: dict[str, dict], summaries: dict[str, dict], *, threshold: floa
     result["status"] = "MISLEADING" if result["offenders"] else "OK"
     if "synthetic" in result["gaps"]:
         devs = {m: abs(ci["ratio"] - 1) for m, ci in result["gaps"]["synthetic"].items() if ci is not None}
+        cis = [ci for ci in result["gaps"]["synthetic"].values() if ci is not None and ci["lo"] is not None]
         result["synthetic_proxy"] = {"trustworthy": bool(devs) and max(devs.values()) <= proxy_tolerance,
-                                     "max_deviation": max(devs.values()) if devs else None, "deviations": devs}
+                                     "max_deviation": max(devs.values()) if devs else None, "deviations": devs,
+                                     "intervals_include_1": bool(cis) and all(c["lo"] <= 1 <= c["hi"] for c in cis)}
     result["knobs"] = knobs(summaries[real], stragglers)
     result["next_knob"] = result["knobs"][0]["knob"] if result["knobs"] else None
     result["line"] = verdict_line(result)
@@ -130,7 +132,8 @@ def verdict_line(v: dict) -> str:
         rest = ", ".join(f"{METRIC_LABELS[m]} {g[m]['ratio']:.2f}x" for m in GAP_METRICS
                          if m != worst["metric"] and g.get(m))
         line = (f"MISLEADING: {worst['source']} overstates real {METRIC_LABELS[worst['metric']]} "
-                f"{_fmt_ci(g[worst['metric']])} (limit {limit:.2f}x; {rest})")
+                f"{_fmt_ci(g[worst['metric']])} (limit {limit:.2f}x{'' if worst['confident'] else ', interval reaches below it'}"
+                f"; {rest})")
         top = v["attribution"][worst["source"]]["top_stage"]
         if top:
             line += f"; most of the gap is {top}"
@@ -141,7 +144,9 @@ def verdict_line(v: dict) -> str:
     sp = v.get("synthetic_proxy")
     if sp and sp["max_deviation"] is not None:
         line += (f"; synthetic {'is' if sp['trustworthy'] else 'is NOT'} a trustworthy proxy "
-                 f"(max deviation {sp['max_deviation']:.1%}, tolerance {v['proxy_tolerance']:.0%})")
+                 f"(max deviation {sp['max_deviation']:.1%}, tolerance {v['proxy_tolerance']:.0%}"
+                 + (", intervals include 1: measure more steps" if not sp["trustworthy"] and
+                    sp.get("intervals_include_1") else "") + ")")
     if v.get("next_knob"):
         line += f"; next knob: {v['next_knob']}"
     return line

@@ -26,7 +26,7 @@ from ..schema import ImageInfo, Sample
 from .generate import RowPicker, conversation, mix
 from .text import TextMaker
 
-# Verbatim from megatron/bridge/data/builders/mock_vlm_sft.py (_MOCK_RESPONSE_VOCABULARY), 150 words.
+# Verbatim from megatron/bridge/data/builders/mock_vlm_sft.py (_MOCK_RESPONSE_VOCABULARY): 110 words.
 BRIDGE_VOCABULARY = tuple((
     "the a is was are were have has had do does did will would could should "
     "may might can need to of in for on with at by from image shows depicts "

@@ -1,0 +1,15 @@
+"""User workloads for `vlmdata audit --step` tests: sleep instead of training."""
+
+import time
+
+from vlmdata.audit.model import IMAGE_TOKEN_ID
+
+
+def by_visual_tokens(batch):
+    """Costs grow with visual tokens: image-free batches are fast, real ones slow."""
+    time.sleep(0.003 + 0.0002 * int((batch["input_ids"] == IMAGE_TOKEN_ID).sum()))
+    return {"flops": 1e9, "loss": 0.0}
+
+
+def constant(batch):
+    time.sleep(0.01)
