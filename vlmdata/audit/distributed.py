@@ -135,7 +135,8 @@ def merge_ranks(per_rank: list[list[dict]]) -> list[dict]:
 
 def stragglers(per_rank: list[list[dict]], ratio: float = 1.10, min_fraction: float = 0.25) -> dict:
     """Per-rank visual load and forward time; ranks flagged when, in at least ``min_fraction`` of the
-    steps, they carry the most visual tokens and more than ``ratio`` x the step's cross-rank median."""
+    steps and 1.5x their fair share (1/world), they carry the most visual tokens and more than ``ratio``
+    x the step's cross-rank median."""
     world = len(per_rank)
     vis = np.array([[r["tokens_visual"] for r in recs] for recs in per_rank], dtype=np.float64)  # [rank, step]
     fwd = np.array([[sum((r.get("times_ms") or {}).get(k, 0.0) for k in FORWARD_STAGES) for r in recs]
@@ -153,5 +154,5 @@ def stragglers(per_rank: list[list[dict]], ratio: float = 1.10, min_fraction: fl
     stall = float((fwd.max(axis=0) - fwd.mean(axis=0)).sum() / step.max(axis=0).sum()) if step.size else 0.0
     imbalance = float(np.mean(vis.max(axis=0) / np.maximum(vis.mean(axis=0), 1e-9))) if vis.any() else 1.0
     return {"world_size": world, "ratio": ratio, "min_fraction": min_fraction, "per_rank": per,
-            "flagged": [r for r in range(world) if frac[r] >= min_fraction],
+            "flagged": [r for r in range(world) if frac[r] >= max(min_fraction, 1.5 / world)],
             "visual_imbalance": imbalance, "estimated_stall_fraction": stall}

@@ -16,8 +16,8 @@ EXIT_HELP = """exit codes:
   3  MISLEADING: a mock source overstates real throughput (TFLOP/s, samples/s or useful tokens/s)
      by more than --threshold; use it to gate a CI job or a benchmark report
   2  usage or input error (bad option, missing shards/log, unknown source)
-Under torchrun every rank exits with the same code; torchrun itself reports a non-zero code as 1,
-so read the verdict from report.json or --json there."""
+Under torchrun rank 0 exits with the code (the other ranks with 0) and torchrun reports any non-zero
+worker code as its own failure (exit 1), so read the verdict from report.json or --json there."""
 
 CPU_DEFAULTS = {"preset": "tiny", "steps": 6, "warmup": 1, "seq_length": 2048, "micro_batch_size": 2}
 GPU_DEFAULTS = {"preset": "h200", "steps": 30, "warmup": 5, "seq_length": 4096, "micro_batch_size": 2}
@@ -174,12 +174,18 @@ def run(args) -> int:
         except (AuditError, ValueError) as e:
             raise UserError(str(e)) from None
         report = build_report(gather(result, info), threshold=args.threshold, seed=cfg.seed)
+        report["wall_s"] = time.perf_counter() - t0
+        if main:
+            _emit(report, args)
+        if info is not None:  # no rank exits before rank 0 has written (torchrun kills the others)
+            import torch.distributed as dist
+
+            dist.barrier()
     finally:
         shutdown(info)
-    report["wall_s"] = time.perf_counter() - t0
-    if main:
-        _emit(report, args)
     v = report["verdict"]
+    if not main:
+        return EXIT_OK  # rank 0 carries the verdict; torchrun then reports its code (as 1)
     return EXIT_MISLEADING if v and v["status"] == "MISLEADING" else EXIT_OK
 
 
@@ -230,8 +236,8 @@ def _table(report: dict) -> Table:
              f"vlmdata audit: {report['workload']['name']} on {cfg.get('device')}, "
              f"{cfg.get('steps')} steps x {cfg.get('micro_batch_size')} samples"
              + (f" x {report['world_size']} ranks" if report.get("world_size", 1) > 1 else ""))
-    t = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), caption="vs real: samples/s ratio; "
-              "wait: data wait share of step time; pad: padding share of tokens")
+    t = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False,
+              caption="vs real: samples/s ratio; wait: data-wait share of step time; pad: padding share of tokens")
     cols = ("source", "step ms", "samples/s", "useful/s", "TFLOP/s", "vs real", "wait", "pad")
     for c in cols:
         t.add_column(c, justify="left" if c == "source" else "right", no_wrap=True)
