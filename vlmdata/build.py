@@ -262,8 +262,6 @@ def _check_resume_options(prev: dict, want: dict, out: str) -> None:
 
 def _load_resume_state(out: str, state: str, opts: BuildOptions, source: str) -> list[ShardRecord]:
     """Shard records of a previous run, verified; partial files removed."""
-    from .manifest import sha256_file
-
     opts_path = os.path.join(state, "options.json")
     if not os.path.exists(opts_path):
         if os.path.exists(os.path.join(out, MANIFEST_NAME)):
@@ -275,7 +273,9 @@ def _load_resume_state(out: str, state: str, opts: BuildOptions, source: str) ->
     return _verified_local_records(out, state, opts.prefix)
 
 
-def _verified_local_records(out: str, state: str, prefix: str, keep_extra: tuple = ()) -> list[ShardRecord]:
+def _verified_local_records(out: str, state: str, prefix: str) -> list[ShardRecord]:
+    """Records in ``state`` whose shard in ``out`` has the recorded size and sha256, in order; shard files
+    and records past the first bad one are removed."""
     from .manifest import sha256_file
 
     records = []
@@ -288,7 +288,7 @@ def _verified_local_records(out: str, state: str, prefix: str, keep_extra: tuple
             break  # the record outlived its shard: redo from here
         records.append(rec)
         n += 1
-    keep = {r.name for r in records} | set(keep_extra)
+    keep = {r.name for r in records}
     for p in glob.glob(os.path.join(out, f"{prefix}-*.tar*")) + glob.glob(os.path.join(state, "*.json.tmp")):
         if os.path.basename(p) not in keep:
             os.remove(p)

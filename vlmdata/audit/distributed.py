@@ -1,7 +1,7 @@
 """Multi-GPU audit under torchrun: process group, DDP, per-rank figures, stragglers.
 
 ``torchrun --nproc-per-node N -m vlmdata audit --device cuda ...``: every rank builds the model (same
-seed), wraps it in DDP (NCCL on GPU, gloo on CPU), reads its own share of each source (the loader
+seed), averages gradients over ranks after backward (NCCL on GPU, gloo on CPU), reads its own share of each source (the loader
 splits by ``torch.distributed`` rank) and records its steps; rank 0 gathers every rank's records,
 merges them per step (work summed, step time = the slowest rank) and reports per-rank figures.
 
@@ -58,48 +58,43 @@ def shutdown(info: DistInfo | None) -> None:
         dist.destroy_process_group()
 
 
-class _Core(torch.nn.Module):
-    """Holds the decoder stack and lm_head so DDP syncs every parameter; forward = the inner model."""
+class GradAllReduce:
+    """Average every gradient over the data-parallel ranks after backward, in flat buckets.
 
-    def __init__(self, inner, lm_head):
-        super().__init__()
-        self.inner, self.lm_head = inner, lm_head
+    Explicit rather than DDP: image-free batches leave the vision tower without gradients and the
+    step applies ``lm_head`` outside the model's forward, two things DDP's reducer cannot follow.
+    Parameters without a gradient contribute zeros, so every rank reduces the same buckets. The
+    all-reduce runs after backward (no overlap), so it shows up in the backward stage.
+    """
 
-    def forward(self, *args, **kwargs):
-        return self.inner(*args, **kwargs)
+    def __init__(self, model, info: DistInfo, bucket_bytes: int = 256 << 20):
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.world = info.world_size
+        self.bucket_bytes = bucket_bytes
 
+    def _buckets(self):
+        bucket, size = [], 0
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            if bucket and (p.grad.dtype != bucket[0].dtype or size + p.grad.nbytes > self.bucket_bytes):
+                yield bucket
+                bucket, size = [], 0
+            bucket.append(p.grad)
+            size += p.grad.nbytes
+        if bucket:
+            yield bucket
 
-class _InnerProxy:
-    def __init__(self, inner, ddp):
-        self._inner, self._ddp = inner, ddp
+    def __call__(self) -> None:
+        import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-    def __call__(self, *args, **kwargs):
-        return self._ddp(*args, **kwargs)  # through DDP.forward so the reducer prepares for backward
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-
-class DDPModel:
-    """What ``TrainStep`` sees: the model, with ``.model(...)`` going through DDP.  ``lm_head`` runs
-    outside DDP's forward but is one of its parameters, so its gradient is all-reduced too."""
-
-    def __init__(self, model, ddp):
-        self._model, self.ddp = model, ddp
-        self.model = _InnerProxy(model.model, ddp)
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
-
-
-def ddp_model(model, info: DistInfo) -> DDPModel:
-    """Wrap for DDP.  ``find_unused_parameters=True``: text-only (imagefree) batches leave the vision
-    tower without gradients."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    core = _Core(model.model, model.lm_head)
-    ids = [torch.device(info.device).index] if info.backend == "nccl" else None
-    return DDPModel(model, DDP(core, device_ids=ids, find_unused_parameters=True))
+        for bucket in self._buckets():
+            flat = _flatten_dense_tensors(bucket)
+            dist.all_reduce(flat)
+            flat.div_(self.world)
+            for g, synced in zip(bucket, _unflatten_dense_tensors(flat, bucket)):
+                g.copy_(synced)
 
 
 def gather(obj, info: DistInfo | None) -> list:

@@ -149,7 +149,7 @@ def batch_shape(batch: dict) -> dict:
 
 
 class ReferenceWorkload:
-    """The built-in Qwen3-VL-MoE model (``build_model``) trained by ``TrainStep``; DDP under torchrun."""
+    """The built-in Qwen3-VL-MoE model (``build_model``) trained by ``TrainStep``; gradients averaged over ranks under torchrun."""
 
     def __init__(self, preset: str, device: str, logits: str, dist=None, seed: int = 0):
         from .model import build_model, model_summary
@@ -158,12 +158,12 @@ class ReferenceWorkload:
         self.model = build_model(preset, device, seed=seed)
         self.summary = model_summary(self.model)
         self.config, self.logits = self.model.config, logits
-        target = self.model
+        sync = None
         if dist is not None and dist.world_size > 1:
-            from .distributed import ddp_model
+            from .distributed import GradAllReduce
 
-            target = ddp_model(self.model, dist)
-        self.step = TrainStep(target, logits=logits)
+            sync = GradAllReduce(self.model, dist)
+        self.step = TrainStep(self.model, logits=logits, after_backward=sync)
         self.name = f"reference:{preset}"
 
     def begin_source(self) -> None:

@@ -205,8 +205,10 @@ class TrainStep:
 
     def __init__(self, model, optimizer: torch.optim.Optimizer | None = None, *, lr: float = 1e-4,
                  weight_decay: float = 0.0, clip_grad: float | None = 1.0,
-                 master_weights: bool | None = None, check: bool = True, logits: str = "all"):
+                 master_weights: bool | None = None, check: bool = True, logits: str = "all",
+                 after_backward=None):
         p = next(model.parameters())
+        self.after_backward = after_backward  # e.g. the data-parallel gradient all-reduce (timed in backward)
         self.model, self.device = model, p.device
         self.cuda = self.device.type == "cuda"
         if master_weights is None:
@@ -272,6 +274,8 @@ class TrainStep:
             loss = masked_lm_loss(model.lm_head(hidden), labels, lmask)
             self.marks("fwd_end")
             loss.backward()
+            if self.after_backward is not None:
+                self.after_backward()
             self.marks("bwd_end")
             if isinstance(self.optimizer, MasterAdamW):
                 self.optimizer.step(self.clip_grad)

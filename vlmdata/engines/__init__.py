@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
-import threading
 from collections import deque
 from typing import Any, Callable, Iterable, Iterator
 
@@ -88,16 +87,17 @@ class LocalEngine(Engine):
             for a in args:
                 yield fn(a)
             return
-        sem = threading.Semaphore(window or 4 * self.parallelism)  # calls in flight: bounds memory
-
-        def feed():
-            for a in args:
-                sem.acquire()
-                yield a
-
-        for res in self.pool.imap(fn, feed(), chunksize=1):
-            sem.release()
-            yield res
+        # Windowing happens here, in the caller's thread, with apply_async: blocking inside the iterator
+        # given to Pool.imap would stall the pool's task-feeding thread, and with it every later
+        # apply_async (the shard writes), while the caller waits for one of them: a deadlock.
+        window = window or 4 * self.parallelism
+        pending: deque = deque()
+        for a in args:
+            pending.append(self.pool.apply_async(fn, (a,)))
+            if len(pending) >= window:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
 
     def submit(self, fn, *args):
         if self.pool is None:
