@@ -49,6 +49,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--fsync", action="store_true", help="vlmdata flushes every shard to disk (the plain loop never does)")
     args = ap.parse_args()
     from vlmdata.build import BuildOptions, build
     from vlmdata.photos import make_source
@@ -73,7 +74,7 @@ def main() -> None:
             shutil.rmtree(out)
             out = os.path.join(tmp, "vl")
             t = time.perf_counter()
-            m = build(jsonl, out, BuildOptions(max_count=1000, workers=args.workers), energon=False)
+            m = build(jsonl, out, BuildOptions(max_count=1000, workers=args.workers, fsync=args.fsync), energon=False)
             best["vlmdata"] = min(best["vlmdata"], time.perf_counter() - t)
             counts["vlmdata"] = m["accounting"]["written"]
             from vlmdata.energon import prepare_energon

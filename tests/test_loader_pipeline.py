@@ -64,10 +64,15 @@ def test_deterministic_for_a_seed_and_shuffled(tok):
     assert a != sorted(a)
 
 
-def test_second_epoch_is_a_new_order(tok):
-    ld = small(tok, seed=1, num_epochs=2)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_second_epoch_is_a_new_order(tok, workers):
+    ld = small(tok, seed=1, num_epochs=3, num_workers=workers)
     keys = run(ld)
-    assert len(keys) == 178 and keys[:89] != keys[89:] and sorted(keys[:89]) == sorted(keys[89:])
+    epochs = [keys[i * 89:(i + 1) * 89] for i in range(3)]
+    assert len(keys) == 3 * 89 and epochs[0] != epochs[1] != epochs[2]
+    assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(epochs[2]) == sorted(ALL_KEYS)
+    # with workers, the next epoch's workers are started early: same epochs as without them
+    assert keys == run(small(tok, seed=1, num_epochs=3, num_workers=workers))
 
 
 @pytest.mark.parametrize("workers", [0, 2])

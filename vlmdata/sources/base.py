@@ -20,6 +20,15 @@ class SourceItem:
     conversation: list | None = None  # canonical messages, see schema.py
     images: list[ImageRef] = field(default_factory=list)
     error: tuple[str, str] | None = None  # (reason, detail) found while enumerating
+    pending: tuple | None = None  # deferred parsing: (function, args); ``resolve()`` runs it
+
+    def resolve(self) -> "SourceItem":
+        """Finish a deferred item (parse its record): done in build workers, in parallel."""
+        if self.pending is not None:
+            fn, args = self.pending
+            self.pending = None
+            fn(self, *args)
+        return self
 
 
 class SourceError(Exception):

@@ -17,8 +17,10 @@ from .base import SourceError, SourceItem
 from .text import BadRecord, from_turns
 
 
-def iter_records(path: str) -> Iterator[tuple[str, object, str | None]]:
-    """(input label, record or None, parse error) for a JSON array file or a JSONL file."""
+def iter_records(path: str, raw: bool = False) -> Iterator[tuple[str, object, str | None]]:
+    """(input label, record or None, parse error) for a JSON array file or a JSONL file.
+
+    With ``raw``, JSONL lines come back unparsed (bytes) for the caller to parse later."""
     name = storage.basename(path)
     with storage.open(path, "rb") as f:
         head = f.read(4096).lstrip()
@@ -34,6 +36,9 @@ def iter_records(path: str) -> Iterator[tuple[str, object, str | None]]:
     with storage.open(path, "rb") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
+                continue
+            if raw:
+                yield f"{name}:{lineno}", line, None
                 continue
             try:
                 yield f"{name}:{lineno}", json.loads(line), None
@@ -78,21 +83,36 @@ def _messages(rec: dict, root: str) -> tuple[list, list[str]]:
     return from_turns(msgs, len(paths), "role", "content"), paths
 
 
-def iter_json_source(path: str, fmt: str, image_root: str | None) -> Iterator[SourceItem]:
+def _fill(item: SourceItem, rec: object, fmt: str, root: str) -> None:
+    """Parse (if still bytes) and convert one record into ``item``."""
+    if isinstance(rec, bytes):
+        try:
+            rec = json.loads(rec)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            item.error = ("bad_json", str(e))
+            return
+    if not isinstance(rec, dict):
+        item.error = ("bad_record", "record is not a JSON object")
+        return
+    item.source_id = str(rec.get("id", item.input))
+    try:
+        item.conversation, item.images = (_llava if fmt == "llava" else _messages)(rec, root)
+    except BadRecord as e:
+        item.error = ("bad_record", str(e))
+
+
+def iter_json_source(path: str, fmt: str, image_root: str | None, deferred: bool = False) -> Iterator[SourceItem]:
+    """Items of a LLaVA or messages JSON/JSONL file. ``deferred``: JSONL lines are parsed later, by
+    ``SourceItem.resolve()`` (in build workers), so enumerating stays cheap."""
     root = storage.local(image_root) if image_root else storage.dirname(path)
-    convert = _llava if fmt == "llava" else _messages
-    for index, (label, rec, err) in enumerate(iter_records(path)):
+    for index, (label, rec, err) in enumerate(iter_records(path, raw=deferred)):
         item = SourceItem(index=index, input=label)
         if err is not None:
             item.error = ("bad_json", err)
-        elif not isinstance(rec, dict):
-            item.error = ("bad_record", "record is not a JSON object")
+        elif deferred:
+            item.pending = (_fill, (rec, fmt, root))
         else:
-            item.source_id = str(rec.get("id", label))
-            try:
-                item.conversation, item.images = convert(rec, root)
-            except BadRecord as e:
-                item.error = ("bad_record", str(e))
+            _fill(item, rec, fmt, root)
         yield item
 
 
