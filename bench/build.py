@@ -3,7 +3,7 @@
     python bench/build.py [--samples 2000] [--workers 2] [--repeat 3]
 
 The input is a LLaVA JSONL over COCO-like JPEGs made from the offline photos (vlmdata.photos).
-Both sides read every image file and caption and write tar shards of <= 1000 samples without
+Both sides read every image file and caption and write tar shards of <= --max-count samples without
 re-encoding ("pack mode"); vlmdata also checks every image header and end marker, hashes every
 shard, and writes the manifest. Energon indexing (.nv-meta) is timed separately. Prints samples/s
 and MB/s of each and the ratio (best of --repeat runs each, interleaved).
@@ -20,14 +20,14 @@ import tempfile
 import time
 
 
-def plain_loop(jsonl: str, out: str) -> int:
+def plain_loop(jsonl: str, out: str, args_maxcount: int = 1000) -> int:
     """What people write by hand: webdataset.ShardWriter, one process."""
     import webdataset as wds
 
     os.makedirs(out, exist_ok=True)
     root = os.path.dirname(jsonl)
     n = 0
-    with wds.ShardWriter(os.path.join(out, "shard-%06d.tar"), maxcount=1000, maxsize=512 * 1024 * 1024, verbose=0) as sink:
+    with wds.ShardWriter(os.path.join(out, "shard-%06d.tar"), maxcount=args_maxcount, maxsize=512 * 1024 * 1024, verbose=0) as sink:
         with open(jsonl) as f:
             for i, line in enumerate(f):
                 rec = json.loads(line)
@@ -49,12 +49,14 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--max-count", type=int, default=250, help="samples per shard, both sides (default 250: ~25 MB shards)")
+    ap.add_argument("--tmp", default=None, help="folder for input and outputs (default: the system temp; /dev/shm takes the disk out)")
     ap.add_argument("--fsync", action="store_true", help="vlmdata flushes every shard to disk (the plain loop never does)")
     args = ap.parse_args()
     from vlmdata.build import BuildOptions, build
     from vlmdata.photos import make_source
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         src = os.path.join(tmp, "src")
         n_multi = args.samples // 10
         jsonl = make_source(src, n_single=args.samples - n_multi, n_multi=n_multi)
@@ -69,12 +71,12 @@ def main() -> None:
         for _ in range(args.repeat):
             out = os.path.join(tmp, "plain")
             t = time.perf_counter()
-            counts["plain"] = plain_loop(jsonl, out)
+            counts["plain"] = plain_loop(jsonl, out, args.max_count)
             best["plain"] = min(best["plain"], time.perf_counter() - t)
             shutil.rmtree(out)
             out = os.path.join(tmp, "vl")
             t = time.perf_counter()
-            m = build(jsonl, out, BuildOptions(max_count=1000, workers=args.workers, fsync=args.fsync), energon=False)
+            m = build(jsonl, out, BuildOptions(max_count=args.max_count, workers=args.workers, fsync=args.fsync), energon=False)
             best["vlmdata"] = min(best["vlmdata"], time.perf_counter() - t)
             counts["vlmdata"] = m["accounting"]["written"]
             from vlmdata.energon import prepare_energon

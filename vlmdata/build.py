@@ -122,7 +122,7 @@ class _Sparse(bytes):
     size: int
 
 
-def _read_for_probe(path: str, full: bool, head: int = 1 << 16) -> bytes:
+def _read_for_probe(path: str, full: bool, head: int = 1 << 13) -> bytes:
     with open(path, "rb") as f:
         if full:
             return f.read()

@@ -16,7 +16,8 @@ def add_parser(sub):
         "  bridge-hf-pil   Bridge's qwen2_5_collate_fn path replicated with the real HF processor (PIL backend):\n"
         "                  qwen-vl-utils pre-resize + apply_chat_template + processor(text, images) + loss mask\n"
         "  bridge-hf-tv    the same with the torchvision backend (needs torchvision)\n"
-        "  energon-bridge  Energon + Bridge's Qwen-VL task encoder (needs Megatron Bridge importable)\n"
+        "  bridge-collate  Bridge's own qwen2_5_collate_fn on the same examples (needs Megatron Bridge)\n"
+        "  energon-bridge  Energon + Bridge's Qwen-VL task encoder on DATASET/.nv-meta (needs Megatron Bridge)\n"
         "  vlmdata         make_loader (fast image path), and vlmdata-exact (bit-exact Pillow path)\n"
         "All single-process (one core); --workers N,M adds a DataLoader-worker scaling table for vlmdata."),
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -60,6 +61,60 @@ def _time(fn, n_samples, repeat=1):
     return n_samples / best
 
 
+def _import_bridge():
+    """({"collate", "encoder", "energon"}, note) with Megatron Bridge's Qwen-VL collate and Energon task
+    encoder, or (None, why). On a CPU host without transformer-engine, Bridge cannot be imported; if this is
+    a source checkout, tests/bridge/te_stub.py (the contract test's import-time stub) is installed first."""
+    import importlib.util
+
+    if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.bridge") is None:
+        return None, "Megatron Bridge is not installed (scripts/bridge_env.sh builds a venv with it)"
+    note = ""
+    if importlib.util.find_spec("transformer_engine") is None:
+        stub = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                            "tests", "bridge", "te_stub.py")
+        if not os.path.isfile(stub):
+            return None, "Megatron Bridge needs transformer_engine, which is not installed"
+        spec = importlib.util.spec_from_file_location("vlmdata_te_stub", stub)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mod.install()
+        note = "transformer_engine stubbed at import (tests/bridge/te_stub.py): CPU host, data path only"
+    try:
+        import logging
+        import warnings
+
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        logging.getLogger("megatron.energon").setLevel(logging.ERROR)
+        from megatron.bridge.models.qwen_vl.data.collate_fn import qwen2_5_collate_fn
+        from megatron.bridge.models.qwen_vl.data.energon import QwenVLTaskEncoder
+        from megatron import energon
+    except Exception as e:
+        return None, f"Megatron Bridge is not importable here ({type(e).__name__}: {e})"
+    return {"collate": qwen2_5_collate_fn, "encoder": QwenVLTaskEncoder, "energon": energon}, note
+
+
+def _energon_rate(bridge, dataset, proc, model, mbs, seq_length, n_samples):
+    """samples/s of Bridge's Energon path: energon.get_train_dataset (no shuffle) + QwenVLTaskEncoder
+    (its defaults: max_visual_tokens=16384, so every image is also run through the processor once to count
+    tokens, then qwen2_5_collate_fn), one process, reading the dataset's own .nv-meta."""
+    from ..qwen import get_spec
+
+    e = bridge["energon"]
+    enc = bridge["encoder"](tokenizer=proc.tokenizer, image_processor=proc, patch_size=get_spec(model).patch_size,
+                            max_padding_length=seq_length)
+    ds = e.get_train_dataset(dataset, batch_size=mbs, task_encoder=enc, split_part="train",
+                             worker_config=e.WorkerConfig(rank=0, world_size=1, num_workers=0),
+                             shuffle_buffer_size=None, max_samples_per_sequence=None, repeat=True)
+    it = iter(e.get_loader(ds))
+    next(it)  # warm up (opens the shards, first decode)
+    n = 0
+    t = time.perf_counter()
+    while n < n_samples:
+        n += len(next(it)["__keys__"])
+    return n / (time.perf_counter() - t)
+
+
 def bench_loader(dataset, model="qwen3-vl", samples=64, mbs=4, seq_length=4096, workers=()):
     import importlib.util
 
@@ -88,13 +143,26 @@ def bench_loader(dataset, model="qwen3-vl", samples=64, mbs=4, seq_length=4096, 
             lambda: [ref_tv.collate(g, sequence_length=seq_length) for g in groups()], len(data))})
     else:
         res["notes"].append("bridge-hf-tv not run: torchvision is not installed")
-    try:
-        import megatron.bridge.data.energon  # noqa: F401
+    bridge, why = _import_bridge()
+    if bridge is None:
+        res["notes"].append(f"bridge-collate and energon-bridge not run: {why}")
+    else:
+        if why:
+            res["notes"].append(why)
+        proc = ref.processor
 
-        res["notes"].append("energon-bridge: Bridge importable, but the Energon task-encoder run is not wired "
-                            "into this benchmark yet")
-    except Exception as e:
-        res["notes"].append(f"energon-bridge not run: Megatron Bridge is not importable here ({type(e).__name__})")
+        def real_collate(gs):  # Bridge's real qwen2_5_collate_fn (its HF-dataset path), same examples
+            for g in gs:
+                bridge["collate"](ref._examples(g), proc, sequence_length=seq_length)
+
+        real_collate(groups()[:1])  # warm up
+        res["rows"].append({"name": "bridge-collate", "samples_per_s": _time(lambda: real_collate(groups()), len(data))})
+        if os.path.isdir(os.path.join(dataset, ".nv-meta")):
+            res["rows"].append({"name": "energon-bridge",
+                                "samples_per_s": _energon_rate(bridge, dataset, proc, model, mbs, seq_length,
+                                                               len(data))})
+        else:
+            res["notes"].append(f"energon-bridge not run: {dataset} has no .nv-meta (build it with vlmdata build)")
 
     # vlmdata: the whole loader (tar read, json, images, tokens, collate) over the same number of samples
     def run_loader(exact, nw=0):
