@@ -75,21 +75,56 @@ def test_second_epoch_is_a_new_order(tok, workers):
     assert keys == run(small(tok, seed=1, num_epochs=3, num_workers=workers))
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_resume_mid_epoch_yields_exactly_the_rest(tok, workers):
+@pytest.mark.parametrize("workers,workers2", [(0, 0), (2, 2), (2, 1), (2, 3)])
+def test_resume_mid_epoch_yields_exactly_the_rest(tok, workers, workers2):
+    """Resume with the same or another number of DataLoader workers: nothing lost, nothing twice."""
     full = run(small(tok, seed=5, num_workers=workers, rank=1, world_size=2))
     ld = small(tok, seed=5, num_workers=workers, rank=1, world_size=2)
     first = run(ld, limit=5)
     state = json.loads(json.dumps(ld.state_dict()))  # serialisable
-    ld2 = small(tok, seed=5, num_workers=workers, rank=1, world_size=2)
+    assert "num_workers" not in state and len(state["consumed"]["extra"]) <= 3 * max(1, workers)
+    ld2 = small(tok, seed=5, num_workers=workers2, rank=1, world_size=2)
     ld2.load_state_dict(state)
     rest = run(ld2)
     assert sorted(first + rest) == sorted(full)
     assert len(first) + len(rest) == len(full)
-    if workers == 0:
+    if workers <= 1 and workers2 <= 1:
         assert first + rest == full  # one stream: exactly the same order
     with pytest.raises(ValueError):
         small(tok, seed=6, num_workers=workers, rank=1, world_size=2).load_state_dict(state)
+    with pytest.raises(ValueError):
+        small(tok, seed=5, num_workers=workers, rank=0, world_size=2).load_state_dict(state)
+
+
+def test_resume_twice_with_changing_workers(tok):
+    full = run(small(tok, seed=4, num_workers=0))
+    ld = small(tok, seed=4, num_workers=2)
+    a = run(ld, limit=3)
+    state = ld.state_dict()
+    ld = small(tok, seed=4, num_workers=3)
+    ld.load_state_dict(state)
+    b = run(ld, limit=4)
+    state = ld.state_dict()
+    assert state["consumed"]["prefix"] + len(state["consumed"]["extra"]) == len(a) + len(b)
+    ld = small(tok, seed=4, num_workers=1)
+    ld.load_state_dict(state)
+    c = run(ld)
+    assert len(a) + len(b) + len(c) == len(full) and sorted(a + b + c) == sorted(full)
+
+
+def test_consumed_positions_round_trip():
+    from vlmdata.loaders.pipeline import Consumed, worker_positions
+
+    c = Consumed()
+    for W, counts in ((2, [4, 3]), (3, [1, 0, 2]), (1, [2])):
+        rem = c.remaining(20)
+        got = [p for w, k in enumerate(counts) for p in worker_positions(20, w, W, c)[:k]]
+        assert set(got) <= set(rem) and len(set(got)) == sum(counts)
+        before = 20 - len(rem)
+        c = c.plus(20, W, counts)
+        assert 20 - len(c.remaining(20)) == before + sum(counts)
+        assert Consumed.from_json(json.loads(json.dumps(c.to_json()))) == c
+    assert sorted(p for w in range(3) for p in worker_positions(20, w, 3, c)) == c.remaining(20)
 
 
 def _write(path, members):

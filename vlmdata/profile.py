@@ -34,13 +34,14 @@ import PIL
 from PIL import Image
 
 from . import __version__ as VLMDATA_VERSION
+from . import storage
 from .images import ImageProblem, probe
 from .manifest import MANIFEST_NAME, ManifestError, load_manifest, shard_paths
 from .qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, SPECS, get_spec, load_qwen_tokenizer, shipped_tokenizer_dir
 from .qwen import visual_tokens as qwen_visual_tokens
 from .schema import dumps
 from .synthetic.jpeg import jpeg_info
-from .tario import TarReadError, iter_shard
+from .tario import TarReadError, iter_raw_samples, iter_shard
 
 PROFILE_SCHEMA = "vlmdata.profile/1"
 DEFAULT_CAP = 20_000
@@ -158,10 +159,18 @@ class InputSample:
     label: str
 
 
+def _read_shard(path: str):
+    if storage.is_url(storage.local(path)):
+        with storage.open(path, "rb") as f:
+            yield from iter_raw_samples(f)
+    else:
+        yield from iter_shard(path)
+
+
 def _iter_shard_samples(paths: list[str], skipped: Counter) -> Iterator[InputSample]:
     for path in paths:
         try:
-            for raw in iter_shard(path):
+            for raw in _read_shard(path):
                 try:
                     meta = json.loads(raw.files["json"])
                     images = [raw.files[i["file"]] for i in meta["images"]]
@@ -169,16 +178,19 @@ def _iter_shard_samples(paths: list[str], skipped: Counter) -> Iterator[InputSam
                 except (KeyError, TypeError, ValueError):
                     skipped["bad_sample"] += 1
                     continue
-                yield InputSample(conv, images, f"{os.path.basename(path)}:{raw.key}")
+                yield InputSample(conv, images, f"{storage.basename(path)}:{raw.key}")
         except TarReadError as e:
-            raise ProfileError(f"{path}: {e}") from None
+            raise ProfileError(f"{storage.redact(path)}: {e}") from None
         except FileNotFoundError:
-            raise ProfileError(f"{path}: shard listed in the manifest is missing") from None
+            raise ProfileError(f"{storage.redact(path)}: shard listed in the manifest is missing") from None
 
 
 def open_input(path: str, opts: ProfileOptions) -> tuple[dict, Iterator[InputSample], Counter]:
     """(source description, samples, skip counter) for a dataset folder, shard, image folder or JSON."""
     skipped: Counter = Counter()
+    path = storage.local(os.fspath(path))
+    if storage.is_url(path):
+        return _open_remote_input(path, opts, skipped)
     if not os.path.exists(path):
         raise ProfileError(f"{path}: no such file or directory")
     if os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST_NAME)):
@@ -191,6 +203,32 @@ def open_input(path: str, opts: ProfileOptions) -> tuple[dict, Iterator[InputSam
         return desc, _iter_shard_samples(shard_paths(path, m), skipped), skipped
     if os.path.isfile(path) and path.endswith(".tar"):
         return {"path": os.path.abspath(path), "kind": "shard"}, _iter_shard_samples([path], skipped), skipped
+    return _open_source_input(path, os.path.abspath(path), opts, skipped)
+
+
+def _open_remote_input(url: str, opts: ProfileOptions, skipped: Counter) -> tuple[dict, Iterator[InputSample], Counter]:
+    """``open_input`` for an fsspec URL (``s3://bucket/prefix``): a dataset, a shard or a build source."""
+    shown = storage.redact(url)
+    try:
+        if url.endswith(".tar") and storage.isfile(url):
+            return {"path": shown, "kind": "shard"}, _iter_shard_samples([url], skipped), skipped
+        if storage.exists(storage.join(url, MANIFEST_NAME)):
+            try:
+                m = load_manifest(url)
+            except ManifestError as e:
+                raise ProfileError(str(e)) from None
+            desc = {"path": shown, "kind": "shards", "manifest_kind": m.get("kind"),
+                    "manifest_samples": m.get("totals", {}).get("samples")}
+            return desc, _iter_shard_samples(shard_paths(url, m), skipped), skipped
+        if not storage.exists(url):
+            raise ProfileError(f"{shown}: no such file or folder")
+    except (storage.StorageError, OSError) as e:
+        raise ProfileError(f"{shown}: {e}") from None
+    return _open_source_input(url, shown, opts, skipped)
+
+
+def _open_source_input(path: str, shown: str, opts: ProfileOptions,
+                       skipped: Counter) -> tuple[dict, Iterator[InputSample], Counter]:
     from .sources import SourceError, open_source
 
     try:
@@ -207,8 +245,7 @@ def open_input(path: str, opts: ProfileOptions) -> tuple[dict, Iterator[InputSam
             try:
                 for ref in item.images:
                     if isinstance(ref, str):
-                        with open(ref, "rb") as f:
-                            images.append(f.read())
+                        images.append(storage.cat(ref))
                     else:
                         images.append(bytes(ref))
                     probe(images[-1])  # the check `vlmdata build` makes: header and end marker
@@ -220,7 +257,7 @@ def open_input(path: str, opts: ProfileOptions) -> tuple[dict, Iterator[InputSam
                 continue
             yield InputSample(item.conversation, images, item.input)
 
-    return {"path": os.path.abspath(path), "kind": fmt}, gen(), skipped
+    return {"path": shown, "kind": fmt}, gen(), skipped
 
 
 # --------------------------------------------------------------------------- per image

@@ -23,7 +23,8 @@ import torch
 from ..qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
 from ..schema import Sample
 from .collate import Collator, Processed
-from .pipeline import BadSampleError, Plan, SampleRef, ShardReader, Stats, parse_raw, record_skip, scan_shard
+from .pipeline import (BadSampleError, Consumed, Plan, SampleRef, ShardReader, Stats, parse_raw, record_skip,
+                       scan_shard)
 from .tokenize import ChatTokenizer
 from .vision import preprocess_any
 
@@ -33,7 +34,13 @@ MOCK_NAMES = ("imagefree", "bridge-noise")
 # ----------------------------------------------------------------------------- sources
 
 def resolve_shards(source: str) -> list[str]:
-    """A dataset dir (manifest.json order, else sorted *.tar), a glob pattern, or one .tar path."""
+    """A dataset dir (manifest.json order, else sorted *.tar), a glob pattern, or one .tar path; local
+    paths or fsspec URLs (``s3://bucket/prefix``: shards are then read through ``vlmdata.storage``)."""
+    from .. import storage
+
+    source = storage.local(source)
+    if storage.is_url(source):
+        return _resolve_remote_shards(source)
     if os.path.isdir(source):
         if os.path.exists(os.path.join(source, "manifest.json")):
             from ..manifest import load_manifest, shard_paths
@@ -46,6 +53,25 @@ def resolve_shards(source: str) -> list[str]:
         paths = [source] if source.endswith(".tar") and os.path.exists(source) else []
     if not paths:
         raise ValueError(f"no tar shards found for {source!r}")
+    return paths
+
+
+def _resolve_remote_shards(source: str) -> list[str]:
+    from .. import storage
+
+    if any(c in source.split("://", 1)[1] for c in "*?["):
+        fs, inner = storage.fs_and_path(source, fresh=True)
+        paths = sorted(f"{storage.protocol(source)}://{p.lstrip('/')}" for p in fs.glob(inner) if p.endswith(".tar"))
+    elif source.endswith(".tar"):
+        paths = [source] if storage.isfile(source) else []
+    elif storage.exists(storage.join(source, "manifest.json")):
+        from ..manifest import load_manifest, shard_paths
+
+        paths = shard_paths(source, load_manifest(source))
+    else:
+        paths = [p for p in storage.ls(source) if p.endswith(".tar")]
+    if not paths:
+        raise ValueError(f"no tar shards found for {storage.redact(source)!r}")
     return paths
 
 
@@ -117,7 +143,7 @@ class _Stream(torch.utils.data.IterableDataset):
         self.rank, self.world, self.num_workers = rank, world, max(1, num_workers)
         self.mbs, self.on_error, self.drop_last = micro_batch_size, on_error, drop_last
         self.epoch = 0
-        self.start = [0] * self.num_workers
+        self.done = Consumed()  # positions of this rank's sequence consumed before this epoch segment began
 
     def _load(self, reader, item) -> Sample:
         if self.kind == "source":
@@ -137,13 +163,13 @@ class _Stream(torch.utils.data.IterableDataset):
             raise
 
     def iter_worker(self, worker: int) -> Iterator[tuple[_Meta, dict]]:
-        items = self.plan.stream(self.epoch, self.rank, self.world, worker, self.num_workers)
+        items = self.plan.stream(self.epoch, self.rank, self.world, worker, self.num_workers, self.done)
         reader = ShardReader(self.payload) if self.kind == "shards" else None
         pending: list[Processed] = []
         skipped: list[dict] = []
-        pos = self.start[worker]
+        pos = 0
         try:
-            for item in items[pos:]:
+            for item in items:
                 pos += 1
                 try:
                     sample = self._load(reader, item)
@@ -176,8 +202,8 @@ class VlmLoader:
     """Iterable of Bridge-ready batches with exact resume and bad-sample accounting.
 
     Iterating runs ``num_epochs`` epochs (None: forever), continuing from the current state.
-    ``state_dict()`` after any batch and ``load_state_dict()`` on a loader built with the same arguments
-    resume at exactly the next sample of every worker stream."""
+    ``state_dict()`` after any batch and ``load_state_dict()`` on a loader built with the same arguments,
+    except possibly ``num_workers``, resume with exactly the samples of the epoch not yielded yet."""
 
     def __init__(self, stream: _Stream, num_workers: int, num_epochs: int | None, prefetch_factor: int = 2,
                  pin_memory: bool = False):
@@ -186,28 +212,40 @@ class VlmLoader:
         self.num_epochs = num_epochs
         self.prefetch_factor, self.pin_memory = prefetch_factor, pin_memory
         self.epoch = 0
-        self.consumed = [0] * max(1, num_workers)
+        self.done = Consumed()  # consumed positions of this rank's sequence when the current segment started
+        self.consumed = [0] * max(1, num_workers)  # positions consumed per worker since then
         self.stats = Stats()
         self.collate_fn = stream.collator
         self.last_keys: list[str] = []  # sample keys of the batch just yielded (provenance; not in the batch)
 
     # -- state
+    def _rank_size(self) -> int:
+        return self.stream.plan.rank_size(self.stream.rank, self.stream.world)
+
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "consumed": list(self.consumed), "num_workers": max(1, self.num_workers),
+        """``consumed``: positions of this rank's epoch sequence already yielded (or skipped), as a prefix
+        length plus the few beyond it; independent of the number of workers."""
+        done = self.done.plus(self._rank_size(), max(1, self.num_workers), self.consumed)
+        return {"epoch": self.epoch, "consumed": done.to_json(), "rank_samples": self._rank_size(),
                 "rank": self.stream.rank, "world": self.stream.world, "seed": self.stream.plan.seed}
 
     def load_state_dict(self, state: dict) -> None:
-        for k, mine in (("num_workers", max(1, self.num_workers)), ("world", self.stream.world),
-                        ("rank", self.stream.rank), ("seed", self.stream.plan.seed)):
+        """Resume from ``state_dict()`` of a loader with the same source, seed, rank and world; the number
+        of workers may differ: the positions not consumed are spread over this loader's workers."""
+        if not isinstance(state.get("consumed"), dict):
+            raise ValueError("state is from an older vlmdata (per-worker counts); it cannot be resumed exactly")
+        for k, mine in (("world", self.stream.world), ("rank", self.stream.rank), ("seed", self.stream.plan.seed),
+                        ("rank_samples", self._rank_size())):
             if state.get(k) != mine:
                 raise ValueError(f"state was saved with {k}={state.get(k)}, this loader has {k}={mine}")
         self.epoch = int(state["epoch"])
-        self.consumed = list(state["consumed"])
+        self.done = Consumed.from_json(state["consumed"])
+        self.consumed = [0] * max(1, self.num_workers)
 
     # -- iteration
-    def _epoch_iter(self, epoch: int, start: list[int]):
+    def _epoch_iter(self, epoch: int, done: Consumed):
         self.stream.epoch = epoch
-        self.stream.start = list(start)
+        self.stream.done = done
         if self.num_workers > 0:
             dl = torch.utils.data.DataLoader(self.stream, batch_size=None, num_workers=self.num_workers,
                                              prefetch_factor=self.prefetch_factor, pin_memory=self.pin_memory,
@@ -219,12 +257,15 @@ class VlmLoader:
     def __iter__(self) -> Iterator[dict]:
         done, upcoming = 0, None
         while self.num_epochs is None or done < self.num_epochs:
-            it = upcoming if upcoming is not None else self._epoch_iter(self.epoch, self.consumed)
+            if upcoming is None and any(self.consumed):  # resuming after a stop mid-epoch
+                self.done = self.done.plus(self._rank_size(), max(1, self.num_workers), self.consumed)
+                self.consumed = [0] * len(self.consumed)
+            it = upcoming if upcoming is not None else self._epoch_iter(self.epoch, self.done)
             upcoming = None
             if self.num_workers > 0 and (self.num_epochs is None or done + 1 < self.num_epochs):
                 # start the next epoch's workers now (forked with that epoch's plan), so they are
                 # warm and prefetching when this epoch ends: no cold start at the epoch boundary
-                upcoming = self._epoch_iter(self.epoch + 1, [0] * len(self.consumed))
+                upcoming = self._epoch_iter(self.epoch + 1, Consumed())
             for meta, batch in it:
                 self.consumed[meta.worker] = meta.position
                 self.stats.skipped_samples.extend(meta.skipped)
@@ -235,13 +276,13 @@ class VlmLoader:
                 self.stats.batches += 1
                 yield batch
             self.epoch += 1
+            self.done = Consumed()
             self.consumed = [0] * len(self.consumed)
             done += 1
 
     def epoch_samples(self) -> int:
         """References this rank's plan holds per epoch (good and bad)."""
-        return sum(len(self.stream.plan.stream(self.epoch, self.stream.rank, self.stream.world, w,
-                                               self.stream.num_workers)) for w in range(self.stream.num_workers))
+        return self._rank_size()
 
 
 def _dist_rank_world() -> tuple[int, int]:

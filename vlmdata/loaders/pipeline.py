@@ -4,15 +4,18 @@ Every epoch is a *plan*: a list of sample references computed from (seed, epoch)
 
 * shards: the shard order is shuffled per epoch; samples are concatenated in that order (each shard's
   samples located once by a header scan, so a reader seeks straight to its own samples);
-* the epoch's samples are split into ``world`` contiguous, near-equal chunks (rank ``r`` takes chunk ``r``),
-  each chunk into ``num_workers`` contiguous chunks (DataLoader worker ``k`` takes chunk ``k``): every
-  sample of the epoch belongs to exactly one (rank, worker);
-* each (rank, worker) stream passes through a shuffle buffer of ``shuffle_buffer`` references seeded by
-  (seed, epoch, rank, worker). The buffer works on references, not on decoded data, so the stream order
-  is a pure function of the seed and resuming needs no decoding of what was consumed.
+* the epoch's samples are split into ``world`` contiguous, near-equal chunks (rank ``r`` takes chunk ``r``;
+  ranks differ by at most one sample, whatever the shard count);
+* each rank's chunk passes through a shuffle buffer of ``shuffle_buffer`` references seeded by
+  (seed, epoch, rank): this is the rank's *sequence*, positions ``0 .. n-1``, independent of the number
+  of DataLoader workers. The buffer works on references, not on decoded data, so the order is a pure
+  function of the seed and resuming needs no decoding of what was consumed;
+* worker ``w`` of ``W`` takes the positions ``w, w+W, w+2W, ...`` of the rank's sequence that are not
+  consumed yet. Every sample of the epoch belongs to exactly one (rank, position).
 
-State is ``{"epoch", "consumed": [references consumed per worker]}``; ``load_state_dict`` makes every
-worker skip its consumed prefix, so the rest of the epoch is exactly the samples not yet yielded.
+State is ``{"epoch", "consumed": {"prefix": p, "extra": [...]}}``: positions ``< p`` and the few listed
+beyond it are consumed. ``load_state_dict`` with any number of workers spreads the remaining positions
+over the new workers the same way, so the rest of the epoch is exactly the samples not yet yielded.
 
 Bad samples (truncated tar, missing JSON, bad JSON, undecodable image, anything the processing raises)
 are, with ``on_error="skip"``, counted, logged with shard and key, and reported in ``stats``; with
@@ -58,13 +61,16 @@ def _octal(b: bytes) -> int:
 
 def scan_shard(path: str, shard_idx: int = 0) -> list[SampleRef]:
     """Locate every sample's members by reading only the tar headers. A truncated or corrupt archive
-    yields the samples before the break and one ``SampleRef`` with ``error=("truncated_tar", ...)``."""
-    size = os.path.getsize(path)
+    yields the samples before the break and one ``SampleRef`` with ``error=("truncated_tar", ...)``.
+    ``path`` may be an fsspec URL (read through ``vlmdata.storage``)."""
+    from .. import storage
+
+    size = storage.size(path)
     refs: list[SampleRef] = []
     cur: SampleRef | None = None
     pos = 0
     long_name = None
-    with open(path, "rb") as f:
+    with storage.open(path, "rb") as f:
         while True:
             f.seek(pos)
             hdr = f.read(512)
@@ -158,7 +164,7 @@ def _seed(*parts) -> int:
 
 
 class Plan:
-    """Per-epoch reference lists for a (rank, world, worker, num_workers) slot."""
+    """Per-epoch reference sequences per rank, and the share of each DataLoader worker."""
 
     def __init__(self, kind: str, *, refs_by_shard: list[list[SampleRef]] | None = None, epoch_samples: int = 0,
                  seed: int = 0, shuffle: bool = True, buffer: int = 256):
@@ -175,15 +181,70 @@ class Plan:
             random.Random(_seed(self.seed, "shards", epoch)).shuffle(order)
         return [r for s in order for r in self.refs_by_shard[s]]
 
-    def stream(self, epoch: int, rank: int, world: int, worker: int, num_workers: int) -> list:
+    def rank_size(self, rank: int, world: int) -> int:
+        """Positions in a rank's sequence per epoch (the same every epoch)."""
+        a, b = split_range(self.epoch_samples, world, rank)
+        return b - a
+
+    def rank_sequence(self, epoch: int, rank: int, world: int) -> list:
+        """The rank's epoch: a fixed sequence of references, independent of the number of workers."""
         allrefs = self.epoch_order(epoch)
         a, b = split_range(len(allrefs), world, rank)
         mine = allrefs[a:b]
-        c, d = split_range(len(mine), num_workers, worker)
-        mine = mine[c:d]
         if self.shuffle:
-            mine = shuffle_buffer(mine, self.buffer, random.Random(_seed(self.seed, "buf", epoch, rank, worker)))
+            mine = shuffle_buffer(mine, self.buffer, random.Random(_seed(self.seed, "buf", epoch, rank)))
         return mine
+
+    def stream(self, epoch: int, rank: int, world: int, worker: int, num_workers: int,
+               consumed: "Consumed | None" = None) -> list:
+        """Worker ``worker``'s references: every ``num_workers``-th position not consumed yet."""
+        seq = self.rank_sequence(epoch, rank, world)
+        return [seq[p] for p in worker_positions(len(seq), worker, num_workers, consumed)]
+
+
+@dataclass
+class Consumed:
+    """Consumed positions of a rank's sequence: all ``< prefix`` plus ``extra`` (sorted, ``> prefix``)."""
+
+    prefix: int = 0
+    extra: tuple = ()
+
+    @classmethod
+    def of(cls, positions) -> "Consumed":
+        s = set(positions)
+        p = 0
+        while p in s:
+            p += 1
+        return cls(p, tuple(sorted(x for x in s if x > p)))
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Consumed":
+        return cls(int(d["prefix"]), ()).plus_positions([int(x) for x in d.get("extra", [])])
+
+    def plus_positions(self, new) -> "Consumed":
+        s = set(self.extra).union(new)
+        p = self.prefix
+        while p in s:
+            p += 1
+        return Consumed(p, tuple(sorted(x for x in s if x > p)))
+
+    def to_json(self) -> dict:
+        return {"prefix": self.prefix, "extra": list(self.extra)}
+
+    def remaining(self, n: int) -> list[int]:
+        ex = set(self.extra)
+        return [p for p in range(self.prefix, n) if p not in ex]
+
+    def plus(self, n: int, num_workers: int, counts: list[int]) -> "Consumed":
+        """This state after worker ``w`` (of ``num_workers`` started from it) consumed ``counts[w]`` positions."""
+        rem = self.remaining(n)
+        new = [p for w, c in enumerate(counts) for p in rem[w::num_workers][:c]]
+        return self.plus_positions(new) if new else self
+
+
+def worker_positions(n: int, worker: int, num_workers: int, consumed: Consumed | None = None) -> list[int]:
+    rem = consumed.remaining(n) if consumed is not None else list(range(n))
+    return rem[worker::num_workers]
 
 
 # ----------------------------------------------------------------------------- reading samples
@@ -211,13 +272,25 @@ def parse_raw(files: dict[str, bytes], key: str) -> Sample:
 
 
 class ShardReader:
-    """Opens shard files lazily and keeps them open (one reader per worker)."""
+    """Opens shard files lazily and keeps them open (one reader per worker). Shards on object storage
+    (URLs) are read with one ranged GET per sample (its members are contiguous in the tar)."""
 
     def __init__(self, paths: list[str]):
         self.paths = paths
         self._files: dict[int, object] = {}
 
     def read(self, ref: SampleRef) -> dict[str, bytes]:
+        from .. import storage
+
+        path = self.paths[ref.shard]
+        if storage.is_url(storage.local(path)):
+            if not ref.members:
+                return {}
+            start = min(off for off, _ in ref.members.values())
+            end = max(off + n for off, n in ref.members.values())
+            fs, inner = storage.fs_and_path(path)
+            blob = fs.cat_file(inner, start=start, end=end)
+            return {ext: blob[off - start:off - start + n] for ext, (off, n) in ref.members.items()}
         f = self._files.get(ref.shard)
         if f is None:
             f = self._files[ref.shard] = open(self.paths[ref.shard], "rb")

@@ -20,6 +20,7 @@ tests/test_loader_batches.py checks ids, labels and masks against the real proce
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,6 +126,7 @@ class ChatTokenizer:
         self.skipped = np.array(sorted(skipped), dtype=np.int64)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._backend = _private_backend(tokenizer)
+        self._pid = os.getpid()
         self._cache: dict[str, list[int]] = {}
         enc = self._encode_many
         self.newline = enc(["\n"])[0]
@@ -164,6 +166,13 @@ class ChatTokenizer:
     def _encode_many(self, chunks: list[str]) -> list[list[int]]:
         todo = [c for c in dict.fromkeys(chunks) if c not in self._cache]
         if todo:
+            if self._pid != os.getpid():
+                # A forked DataLoader worker (ours or Bridge's): if the parent ever ran a batch encode
+                # (HF processor, Bridge's collate, ...) the tokenizers' rayon pool is dead here and
+                # encode_batch deadlocks (seen in `vlmdata bench loader --workers` under Bridge's venv).
+                # TOKENIZERS_PARALLELISM is read on every call: encode serially in this process.
+                os.environ["TOKENIZERS_PARALLELISM"] = "false"
+                self._pid = os.getpid()
             if self._backend is not None:
                 encs = self._backend.encode_batch(todo, add_special_tokens=False)
                 ids = [e.ids for e in encs]
