@@ -21,7 +21,15 @@ def add_parser(sub):
 
 def run(args) -> int:
     from . import build as build_cmd, inspect as inspect_cmd, validate as validate_cmd
+    from ..console import UserError
     from ..photos import make_source
+
+    for pkg in ("skimage", "sklearn", "matplotlib"):
+        try:
+            __import__(pkg)
+        except ImportError:
+            raise UserError(f"vlmdata demo reads the photos shipped in scikit-image, scikit-learn and matplotlib: "
+                            f"pip install 'vlmdata[photos]' ({pkg} is missing)") from None
 
     with tempfile.TemporaryDirectory() as tmp:
         src = make_source(os.path.join(tmp, "source"))
