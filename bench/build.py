@@ -89,7 +89,7 @@ def main() -> None:
     n, mb = counts["plain"], nbytes / 1e6
     rows = [("plain webdataset.ShardWriter loop (1 process)", best["plain"]),
             (f"vlmdata build --workers {args.workers}", best["vlmdata"]),
-            (f"vlmdata build + energon index", best["vlmdata"] + best["energon"])]
+            ("vlmdata build + energon index", best["vlmdata"] + best["energon"])]
     print(f"input: {n} samples, {mb:.1f} MB of JPEG, {os.cpu_count()} cores, python {sys.version.split()[0]}")
     print(f"{'':48s} {'s':>7s} {'samples/s':>10s} {'MB/s':>8s} {'ratio':>6s}")
     for name, sec in rows:

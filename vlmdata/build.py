@@ -7,6 +7,7 @@ reason, and ``seen == written + skipped`` always holds.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import json
@@ -294,12 +295,14 @@ def _verified_local_records(out: str, state: str, prefix: str) -> list[ShardReco
     keep = {r.name for r in records}
     for p in glob.glob(os.path.join(out, f"{prefix}-*.tar*")) + glob.glob(os.path.join(state, "*.json.tmp")):
         if os.path.basename(p) not in keep:
-            os.remove(p)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(p)
     for m in range(n, n + 1_000_000):
         p = os.path.join(state, f"{m:06d}.json")
         if not os.path.exists(p):
             break
-        os.remove(p)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(p)
     return records
 
 

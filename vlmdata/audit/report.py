@@ -237,7 +237,7 @@ def html_page(report: dict, pngs: dict[str, bytes] | None = None) -> str:
     esc = html.escape
     v = report.get("verdict")
     colour = "#b00" if v and v["status"] == "MISLEADING" else "#070"
-    body = [f"<h1>vlmdata audit</h1>", f"<p style='font-size:1.2em;color:{colour}'><b>{esc(v['line'])}</b></p>"
+    body = ["<h1>vlmdata audit</h1>", f"<p style='font-size:1.2em;color:{colour}'><b>{esc(v['line'])}</b></p>"
             if v else "<p><i>no verdict</i></p>", f"<p>Settings: {esc(_settings(report))}.</p>",
             f"<p>Environment: {esc(_env_line(report))}.</p>"]
     for title, (head, rows) in _tables(report):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 from rich import box
@@ -157,7 +156,7 @@ def run(args) -> int:
     import torch
 
     from ..audit.distributed import gather, init_distributed, shutdown
-    from ..audit.report import build_report, write_report
+    from ..audit.report import build_report
     from ..audit.runner import AuditError, run_audit
 
     cfg = config_from(args)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 from rich.markup import escape
 from rich.table import Table

@@ -59,9 +59,11 @@ def run(args) -> int:
         sha = write_profile(prof, args.out)
         if args.plot:
             from ..plots import plot_profiles
+            from ..storage import redact
 
-            plot_profiles([prof], args.plot, [os.path.basename(os.path.normpath(args.input))],
-                          title=f"{args.input} ({prof['model']['name']})")
+            shown = redact(args.input)  # never a credential in a picture
+            plot_profiles([prof], args.plot, [os.path.basename(os.path.normpath(shown))],
+                          title=f"{shown} ({prof['model']['name']})")
     except ProfileError as e:
         raise UserError(str(e)) from None
     s, d = prof["summary"], prof["decode"]

@@ -72,6 +72,18 @@ class Engine:
         return False
 
 
+def _die_with_parent() -> None:
+    """Pool workers get SIGKILL when the build process dies (Linux), so a build killed with SIGKILL
+    leaves no orphan still writing shards while a ``--resume`` cleans up."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class LocalEngine(Engine):
     name = "local"
 
@@ -80,7 +92,7 @@ class LocalEngine(Engine):
         self.pool = None
         if workers > 1:
             ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-            self.pool = ctx.Pool(workers)
+            self.pool = ctx.Pool(workers, initializer=_die_with_parent)
 
     def imap(self, fn, args, window=None):
         if self.pool is None:

@@ -17,7 +17,6 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-import numpy as np
 import torch
 
 from ..qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
