@@ -44,6 +44,16 @@ def test_ray_matches_local_bytes_and_manifest(llava_source, tmp_path, ray_2cpu):
     assert sorted(os.listdir(os.path.join(a, ".nv-meta"))) == sorted(os.listdir(os.path.join(b, ".nv-meta")))
 
 
+def test_synth_on_ray_matches_inline(tmp_path, ray_2cpu):
+    from vlmdata.cli import main
+
+    a, b = str(tmp_path / "inline"), str(tmp_path / "ray")
+    assert main(["synth", "--mock", "bridge-noise", "-n", "24", "-o", a, "--max-count", "5", "-q"]) == 0
+    assert main(["synth", "--mock", "bridge-noise", "-n", "24", "-o", b, "--max-count", "5", "-q",
+                 "--engine", "ray", "--workers", "2"]) == 0
+    same_shards(a, b)
+
+
 def flaky(plan, *, inner, marker_dir):
     """Kill the worker process on shard 1's first attempt, raise OSError on shard 2's: Ray retries both."""
     marker = os.path.join(marker_dir, f"tried-{plan.no}")

@@ -466,11 +466,13 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
 def write_dataset(out: str, samples: Iterable[Sample], *, kind: str, options: dict, source: dict,
                   overwrite: bool = False, prefix: str = "shard", max_count: int = 1000, max_size: int | None = None,
                   workers: int = 1, progress: Callable[[int], None] | None = None, energon: bool = True,
-                  energon_target: str = "vlmdata", engine: "Engine | str | None" = None) -> dict:
+                  energon_target: str = "vlmdata", engine: "Engine | str | None" = None,
+                  address: str | None = None) -> dict:
     """Write in-memory samples (e.g. synthetic ones) as a dataset in exactly the ``build`` format.
 
     Sample keys must be unique and increasing; the manifest's ``kind`` tells the datasets apart.
-    ``engine`` (None: inline) runs the per-shard writes; the output does not depend on it.
+    ``engine`` (None: inline; "local"; "ray" with ``address``) runs the per-shard writes (the samples
+    themselves are produced by the caller); the output does not depend on it.
     """
     if max_count < 1:
         raise BuildError("max_count must be at least 1")
@@ -478,7 +480,7 @@ def write_dataset(out: str, samples: Iterable[Sample], *, kind: str, options: di
     planner = Planner(prefix, max_count, max_size)
     results = ((i, Entry.from_sample(s, i)) for i, s in enumerate(samples))
     writer = functools.partial(_write_local, out=out, state=None)
-    with engine_context(engine, 1 if engine is None else workers) as eng:
+    with engine_context(engine, 1 if engine is None else workers, address) as eng:
         records, seen, tail = _pack(results, planner, writer, eng, 0, progress)
     acc = Accounting.from_records(seen, records, tail)
     manifest = write_manifest(out, kind=kind, prefix=prefix, records=records, accounting=acc, options=options, source=source)

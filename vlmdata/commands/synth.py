@@ -9,6 +9,7 @@ import time
 from rich.table import Table
 
 from ..build import BuildError, write_dataset
+from ..engines import ENGINES, EngineError
 from ..commands.build import parse_size
 from ..console import EXIT_OK, UserError, human_bytes, out, print_json, progress
 from ..profile import ProfileError, get_tokenizer, load_profile
@@ -46,6 +47,10 @@ def add_parser(sub):
     p.add_argument("--max-count", type=int, default=1000, help="samples per shard at most (default 1000)")
     p.add_argument("--max-size", type=parse_size, default="512MiB", help="bytes per shard at most (default 512MiB; 0 = none)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
+    p.add_argument("--engine", choices=ENGINES, default=None,
+                   help="run the shard writes on 'local' processes or on Ray ('ray'; pip install 'vlmdata[ray]'); "
+                        "samples are generated in this process either way (default: inline)")
+    p.add_argument("--address", help="with --engine ray: an existing Ray cluster ('auto', 'ray://head:10001')")
     p.add_argument("--json", action="store_true", help="print the manifest summary as JSON")
     return p
 
@@ -99,6 +104,8 @@ def run(args) -> int:
         raise UserError(f"--workers must be >= 1, got {args.workers}")
     if args.max_count < 1:
         raise UserError("--max-count must be at least 1")
+    if args.address and args.engine != "ray":
+        raise UserError("--address is for --engine ray")
     t0 = time.perf_counter()
     try:
         src, opts = make_source(args)
@@ -108,8 +115,10 @@ def run(args) -> int:
         with progress("synthesizing", total=args.samples, quiet=args.quiet or args.json) as advance:
             m = write_dataset(args.out, _stream(src, args.samples), kind="synth",
                               options=options, source=source, overwrite=args.overwrite, prefix=args.prefix,
-                              max_count=args.max_count, max_size=args.max_size or None, workers=1, progress=advance)
-    except (ProfileError, BuildError, ValueError) as e:
+                              max_count=args.max_count, max_size=args.max_size or None,
+                              workers=args.workers if args.engine else 1, progress=advance,
+                              engine=args.engine, address=args.address)
+    except (ProfileError, BuildError, EngineError, ValueError) as e:
         raise UserError(str(e).splitlines()[0]) from None
     dt = time.perf_counter() - t0
     summary = {"out": os.path.abspath(args.out), "generator": source, "totals": m["totals"], "seconds": round(dt, 2)}
