@@ -60,6 +60,7 @@ class AuditConfig:
     model_family: str = "qwen3-vl"  # visual-token model the loader prepares batches for
     loader_kwargs: dict[str, Any] = field(default_factory=dict)
     profile_decode_images: int = 20  # decode timing sample when profiling ``real`` for synthetic
+    synthetic_in_process: bool = False  # generate synthetic samples in the loader instead of reading synth shards
 
     def resolved_logits(self) -> str:
         return self.logits or ("all" if torch.device(self.device).type == "cuda" else "loss")
@@ -117,12 +118,31 @@ def synthetic_profile(cfg: AuditConfig, out_dir: str | None) -> str:
     return path
 
 
+def synthetic_shards(cfg: AuditConfig, profile_path: str, out_dir: str | None) -> str:
+    """The profile's synthetic twin written as shards (one sample per profile row), like ``vlmdata synth``.
+
+    Read back through the same loader as the real shards, synthetic samples then cost what real ones
+    cost on the host too (tar read + decode + preprocess), not the generator's (render + encode),
+    which would compete with the training process for CPU and slow its kernel launches."""
+    from ..build import write_dataset
+    from ..profile import load_profile
+    from ..synthetic.source import SyntheticSource
+
+    prof = load_profile(profile_path)
+    n = len(prof["rows"]["samples"]["n_images"])
+    out = os.path.join(out_dir or tempfile.mkdtemp(prefix="vlmdata-audit-"), "synthetic-shards")
+    src = SyntheticSource(prof, cfg.seed, variants=0, threads=0)
+    write_dataset(out, src.take(n), kind="synth", options={"generator": "profile", "seed": cfg.seed, "samples": n},
+                  source={"format": "synthetic", **src.describe()}, overwrite=True, max_count=64, energon=False)
+    return out
+
+
 def source_spec(name: str, cfg: AuditConfig, profile_path: str | None) -> str:
     """What to hand the loader for a source name."""
     if name in MOCKS:
         return name
     if name == "synthetic":
-        return profile_path
+        return profile_path  # run_audit swaps in synthetic_shards() unless synthetic_in_process
     if name == "real":
         if not os.path.exists(cfg.real):
             raise AuditError(f"real shards {cfg.real!r} do not exist")
@@ -293,6 +313,8 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
     main = dist is None or dist.is_main  # under torchrun only rank 0 writes into out_dir
     profile_path = synthetic_profile(cfg, out_dir if main else None) if "synthetic" in cfg.sources else None
     specs = {s: source_spec(s, cfg, profile_path) for s in cfg.sources}
+    if "synthetic" in specs and not cfg.synthetic_in_process:
+        specs["synthetic"] = synthetic_shards(cfg, profile_path, out_dir if main else None)
     device = dist.device if dist is not None else cfg.device
     logits = cfg.resolved_logits()
     workload = UserWorkload(cfg.step, device) if cfg.step else \

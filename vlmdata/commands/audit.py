@@ -68,6 +68,9 @@ def add_parser(sub):
         "Megatron Bridge training logs."), epilog=EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--real", help="real shard folder (default: the embedded sample_shards/)")
     p.add_argument("--profile", help="profile.json for the synthetic source (default: profile --real now)")
+    p.add_argument("--synthetic-in-process", action="store_true",
+                   help="generate synthetic samples inside the loader (default: write the profile's twin as shards "
+                        "first and read them like the real ones, so host costs match)")
     p.add_argument("--sources", default=",".join(SOURCES),
                    help=f"comma-separated sources to measure (default {','.join(SOURCES)}); the verdict needs real")
     p.add_argument("--preset", choices=("tiny", "small", "h200", "h200-large"),
@@ -147,7 +150,7 @@ def config_from(args):
     return AuditConfig(real=args.real or SAMPLE_SHARDS, profile=args.profile, sources=sources, preset=pick("preset"),
                        device=args.device, steps=pick("steps"), warmup=pick("warmup"), seq_length=pick("seq_length"),
                        micro_batch_size=pick("micro_batch_size"), seed=args.seed, logits=args.logits, step=args.step,
-                       loader_kwargs=_loader_kwargs(args))
+                       loader_kwargs=_loader_kwargs(args), synthetic_in_process=args.synthetic_in_process)
 
 
 def run(args) -> int:
