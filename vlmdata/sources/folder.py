@@ -24,28 +24,32 @@ def iter_folder(root: str, prompt: str) -> Iterator[SourceItem]:
         rel = path.relative_to(base).as_posix()
         item = SourceItem(index=index, input=rel, source_id=rel.rsplit(".", 1)[0], images=[str(path)])
         txt, js = path.with_suffix(".txt"), path.with_suffix(".json")
-        try:
-            if txt.exists():
-                caption = txt.read_text(encoding="utf-8")
-                if not caption.strip():
-                    item.error = ("empty_caption", f"{txt.name} is empty")
-                else:
-                    item.conversation = caption_conversation(caption, prompt)
-            elif js.exists():
-                item.conversation = _json_sidecar(js, prompt)
-            else:
-                item.error = ("missing_caption", f"no {txt.name} or {js.name} beside the image")
-        except UnicodeDecodeError as e:
-            item.error = ("bad_caption", f"{txt.name} is not UTF-8 ({e.reason})")
-        except json.JSONDecodeError as e:
-            item.error = ("bad_json", f"{js.name}: {e}")
-        except BadRecord as e:
-            item.error = ("bad_record", f"{js.name}: {e}")
+        _caption_item(item, prompt, txt.name, js.name,
+                      (lambda t=txt: t.read_text(encoding="utf-8")) if txt.exists() else None,
+                      (lambda j=js: json.loads(j.read_text(encoding="utf-8"))) if js.exists() else None)
         yield item
 
 
-def _json_sidecar(path: Path, prompt: str) -> list:
-    return _json_doc(json.loads(path.read_text(encoding="utf-8")), prompt)
+def _caption_item(item: SourceItem, prompt: str, txt_name: str, js_name: str, read_txt, read_json) -> None:
+    """Fill ``item`` from its sidecar: the .txt caption if there is one (``read_txt``), else the .json
+    (``read_json``), else a missing_caption skip; bad sidecars become skips with a reason."""
+    try:
+        if read_txt is not None:
+            caption = read_txt()
+            if not caption.strip():
+                item.error = ("empty_caption", f"{txt_name} is empty")
+            else:
+                item.conversation = caption_conversation(caption, prompt)
+        elif read_json is not None:
+            item.conversation = _json_doc(read_json(), prompt)
+        else:
+            item.error = ("missing_caption", f"no {txt_name} or {js_name} beside the image")
+    except UnicodeDecodeError as e:
+        item.error = ("bad_caption", f"{txt_name} is not UTF-8 ({e.reason})")
+    except json.JSONDecodeError as e:
+        item.error = ("bad_json", f"{js_name}: {e}")
+    except BadRecord as e:
+        item.error = ("bad_record", f"{js_name}: {e}")
 
 
 def _json_doc(doc, prompt: str) -> list:
@@ -89,23 +93,10 @@ def iter_folder_url(root: str, prompt: str, batch: int = 256) -> Iterator[Source
             stem = posixpath.splitext(rel)[0]
             txt_name, js_name = posixpath.basename(stem) + ".txt", posixpath.basename(stem) + ".json"
             item = SourceItem(index=lo + offset, input=rel, source_id=stem, images=[f"{base}/{rel}"])
-            try:
-                if stem + ".txt" in present:
-                    caption = _text(_fetched(got, f"{base}/{stem}.txt"))
-                    if not caption.strip():
-                        item.error = ("empty_caption", f"{txt_name} is empty")
-                    else:
-                        item.conversation = caption_conversation(caption, prompt)
-                elif stem + ".json" in present:
-                    item.conversation = _json_doc(json.loads(_text(_fetched(got, f"{base}/{stem}.json"))), prompt)
-                else:
-                    item.error = ("missing_caption", f"no {txt_name} or {js_name} beside the image")
-            except UnicodeDecodeError as e:
-                item.error = ("bad_caption", f"{txt_name} is not UTF-8 ({e.reason})")
-            except json.JSONDecodeError as e:
-                item.error = ("bad_json", f"{js_name}: {e}")
-            except BadRecord as e:
-                item.error = ("bad_record", f"{js_name}: {e}")
+            txt_url, js_url = f"{base}/{stem}.txt", f"{base}/{stem}.json"
+            _caption_item(item, prompt, txt_name, js_name,
+                          (lambda u=txt_url: _text(_fetched(got, u))) if stem + ".txt" in present else None,
+                          (lambda u=js_url: json.loads(_text(_fetched(got, u)))) if stem + ".json" in present else None)
             yield item
 
 
