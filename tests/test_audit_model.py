@@ -128,7 +128,7 @@ def test_flops_exact_for_tiny(model):
     assert (f["lm_flops"], f["vision_flops"], f["projector_flops"]) == (lm, vision, projector)
     assert f["total_flops"] == lm + vision + projector == 7_686_094_848
     assert f["tokens_total"] == 256 and f["tokens_visual"] == 22 and f["images"] == 3 and f["patches"] == 88
-    assert f["tokens_useful"] == 2 * 13
+    assert f["tokens_loss"] == 2 * 13 and f["tokens_nonpad"] == 256 - f["tokens_padding"]
     assert f["tokens_padding"] == 256 - int((batch["input_ids"] != PAD_TOKEN_ID).sum())
     loss_only = step_flops(model, batch, logits="loss")
     assert f["lm_flops"] - loss_only["lm_flops"] == 6 * 32 * 151_936 * (256 - 26)

@@ -2,14 +2,14 @@
 
 import pytest
 
-from vlmdata.audit.metrics import rate, ratio_ci, summarize
-from vlmdata.audit.verdict import decide, knobs, stage_attribution
+from vlmdata.audit.metrics import rate, rate_ci, ratio_ci, summarize
+from vlmdata.audit.verdict import decide, knobs, settled, stage_attribution
 
 
-def recs(step_ms, n=5, samples=2, useful=100, flops=1e12, wait=0.0, times=None, padding=0, total=200):
+def recs(step_ms, n=5, samples=2, nonpad=100, flops=1e12, wait=0.0, times=None, padding=0, total=200, loss=20):
     return [{"step_ms": step_ms, "data_wait_ms": wait, "samples": samples, "images": samples, "tokens_total": total,
-             "tokens_useful": useful, "tokens_visual": 50, "tokens_padding": padding, "flops": flops,
-             "times_ms": times or {"vision": 0.0, "total": step_ms - wait}} for _ in range(n)]
+             "tokens_nonpad": nonpad, "tokens_loss": loss, "tokens_visual": 50, "tokens_padding": padding,
+             "flops": flops, "times_ms": times or {"vision": 0.0, "total": step_ms - wait}} for _ in range(n)]
 
 
 def runs(**by):
@@ -23,12 +23,14 @@ def summaries(r):
 def test_rates_exact():
     r = recs(500.0)
     assert rate(r, "samples_per_s") == pytest.approx(4.0)
-    assert rate(r, "useful_tokens_per_s") == pytest.approx(200.0)
+    assert rate(r, "nonpad_tokens_per_s") == pytest.approx(200.0)
+    assert rate(r, "loss_tokens_per_s") == pytest.approx(40.0)
     assert rate(r, "tflops") == pytest.approx(2.0)
     assert rate(r, "tflops", world_size=2) == pytest.approx(1.0)
     s = summarize(r)
     assert s["step_ms"]["median"] == 500.0 and s["step_ms"]["std"] == 0.0
-    assert s["shape"]["tokens_useful_per_sample"] == 50.0 and s["shape"]["ms_per_sample"] == 250.0
+    assert s["shape"]["tokens_nonpad_per_sample"] == 50.0 and s["shape"]["ms_per_sample"] == 250.0
+    assert s["shape"]["tokens_loss_per_sample"] == 10.0
 
 
 def test_ratio_ci_constant_steps_is_exact():
@@ -49,17 +51,60 @@ def test_threshold_boundary(mock_ms, status):
     assert v["status"] == status
     assert v["gaps"]["imagefree"]["samples_per_s"]["ratio"] == pytest.approx(1000 / mock_ms)
     if status == "MISLEADING":
-        assert {o["metric"] for o in v["offenders"]} == {"samples_per_s", "tflops", "useful_tokens_per_s"}
+        assert {o["metric"] for o in v["offenders"]} == {"samples_per_s", "tflops", "nonpad_tokens_per_s"}
         assert all(o["confident"] for o in v["offenders"])
-        assert v["line"].startswith("MISLEADING: imagefree overstates real samples/s 1.11x")
+        assert v["line"].startswith("MISLEADING (limit 1.10x): imagefree overstates real samples/s 1.11x")
 
 
-def test_useful_tokens_alone_can_mislead():
-    # same step time and FLOPs, but the mock carries 2x the loss tokens per sample
-    r = runs(**{"bridge-noise": recs(1000.0, useful=200), "real": recs(1000.0, useful=100)})
+def test_nonpad_tokens_alone_can_mislead_but_loss_tokens_do_not_count():
+    # same step time and FLOPs, but the mock carries 2x the non-pad tokens per sample
+    r = runs(**{"bridge-noise": recs(1000.0, nonpad=200), "real": recs(1000.0, nonpad=100)})
     v = decide(r, summaries(r))
     assert v["status"] == "MISLEADING"
-    assert [o["metric"] for o in v["offenders"]] == ["useful_tokens_per_s"]
+    assert [o["metric"] for o in v["offenders"]] == ["nonpad_tokens_per_s"]
+    r = runs(**{"bridge-noise": recs(1000.0, loss=200), "real": recs(1000.0, loss=20)})
+    assert decide(r, summaries(r))["status"] == "OK"  # loss tokens/s is reported, not judged
+
+
+def test_headline_names_every_offender():
+    r = runs(imagefree=recs(500.0), **{"bridge-noise": recs(800.0)}, real=recs(1000.0))
+    v = decide(r, summaries(r))
+    assert "imagefree overstates real samples/s 2.00x" in v["line"]
+    assert "bridge-noise overstates real samples/s 1.25x" in v["line"]
+
+
+def test_paired_interval_cancels_shared_step_variation():
+    # real and a paired source both vary step to step the same way (the same samples): the paired ratio is
+    # exact, the unpaired interval is wide
+    ms = [400, 1600, 700, 1300, 1000, 500, 1500]
+    real = [dict(r, step_ms=m) for r, m in zip(recs(0, n=7), ms)]
+    twin = [dict(r, step_ms=m / 2) for r, m in zip(recs(0, n=7), ms)]
+    paired = ratio_ci(twin, real, "samples_per_s", paired=True)
+    unpaired = ratio_ci(twin, real, "samples_per_s", paired=False)
+    assert paired["lo"] == pytest.approx(2.0) and paired["hi"] == pytest.approx(2.0) and paired["paired"]
+    assert unpaired["hi"] - unpaired["lo"] > 0.5 and not unpaired["paired"]
+
+
+def test_settled_needs_decided_and_precise_intervals():
+    ms = [900, 1100, 1000, 950, 1050, 1000]
+    real = [dict(r, step_ms=m) for r, m in zip(recs(0, n=6), ms)]
+    r = {"imagefree": {"records": recs(500.0, n=6), "world_size": 1}, "real": {"records": real, "world_size": 1}}
+    ok, open_items = settled(r, precision=0.10)
+    assert ok and open_items == []
+    ok, open_items = settled(r, precision=0.001)  # too strict: the interval is wider than ±0.1%
+    assert not ok and open_items[0].startswith("imagefree samples/s: ±")
+    near = {"imagefree": {"records": [dict(x, step_ms=x["step_ms"] / 1.1) for x in real], "world_size": 1},
+            "real": {"records": real, "world_size": 1}}
+    ok, open_items = settled(near, precision=0.5)
+    assert not ok and any("contains 1.10" in o for o in open_items)  # on the limit: undecided
+    syn = {"synthetic": {"records": real, "world_size": 1, "interleaved": True},
+           "real": {"records": real, "world_size": 1, "interleaved": True}}
+    assert settled(syn, precision=0.01)[0]  # paired, identical: exactly 1, inside 1 ± 5%
+
+
+def test_rate_interval():
+    ci = rate_ci(recs(500.0), "samples_per_s")
+    assert ci["rate"] == ci["lo"] == ci["hi"] == pytest.approx(4.0)
 
 
 def test_synthetic_proxy_and_not_an_offender():

@@ -51,6 +51,31 @@ def init_distributed(device: str) -> DistInfo | None:
     return DistInfo(dist.get_rank(), dist.get_world_size(), local, device, backend)
 
 
+def _reduce(info: DistInfo | None, value: float, op) -> float:
+    if info is None:
+        return value
+    import torch.distributed as dist
+
+    t = torch.tensor([float(value)], dtype=torch.float64,
+                     device=info.device if info.backend == "nccl" else "cpu")
+    dist.all_reduce(t, op=op)
+    return float(t.item())
+
+
+def agree_max(info: DistInfo | None, value: float) -> float:
+    """The largest ``value`` over all ranks (``value`` itself without torchrun)."""
+    import torch.distributed as dist
+
+    return _reduce(info, value, dist.ReduceOp.MAX) if info is not None else value
+
+
+def agree_min(info: DistInfo | None, value: float) -> float:
+    """The smallest ``value`` over all ranks (``value`` itself without torchrun)."""
+    import torch.distributed as dist
+
+    return _reduce(info, value, dist.ReduceOp.MIN) if info is not None else value
+
+
 def shutdown(info: DistInfo | None) -> None:
     import torch.distributed as dist
 
@@ -113,10 +138,11 @@ def merge_ranks(per_rank: list[list[dict]]) -> list[dict]:
     stage times averaged, visual tokens per sample concatenated."""
     merged = []
     for recs in zip(*per_rank):
-        m = {"step": recs[0]["step"], "step_ms": max(r["step_ms"] for r in recs),
-             "data_wait_ms": max(r["data_wait_ms"] for r in recs)}
-        for k in ("samples", "images", "patches", "tokens_total", "tokens_useful", "tokens_visual",
-                  "tokens_padding", "flops", "lm_flops", "vision_flops"):
+        m = {"step": recs[0]["step"], "round": recs[0].get("round"), "step_ms": max(r["step_ms"] for r in recs),
+             "data_wait_ms": max(r["data_wait_ms"] for r in recs),
+             "wait_kind": "epoch_boundary" if any(r.get("wait_kind") == "epoch_boundary" for r in recs) else "steady"}
+        for k in ("samples", "images", "patches", "tokens_total", "tokens_nonpad", "tokens_loss", "tokens_visual",
+                  "tokens_padding", "flops", "lm_flops", "vision_flops", "first_seen_shapes"):
             vals = [r.get(k) for r in recs]
             m[k] = None if any(v is None for v in vals) else sum(vals)
         stages = {k for r in recs for k in (r.get("times_ms") or {})}

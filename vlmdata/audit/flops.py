@@ -3,7 +3,7 @@
 Conventions: a multiply-add is 2 FLOPs; training = forward + backward = 3 x forward (backward
 computes gradients for activations and weights); norms, activations, softmax, RoPE, routing
 softmax/top-k, embedding lookups and the loss are not counted.  Every token the model
-processes counts, padding included (it is computed); "useful" tokens are reported apart.
+processes counts, padding included (it is computed); non-pad and loss tokens are reported apart.
 
 Language model, B sequences padded to S, T = B*S tokens, hidden h, L layers, nq query heads,
 nkv key/value heads of size d, E experts of which k are active, expert width f, vocab V::
@@ -52,7 +52,8 @@ def _visual(batch: dict) -> Any:
 
 
 def count_tokens(batch: dict, image_token_id: int, pad_token_id: int = PAD_TOKEN_ID) -> dict[str, int]:
-    """Total, useful (loss_mask sum), visual (image_pad) and padding tokens of a batch.
+    """Total, non-pad (total - padding), loss (loss_mask sum), visual (image_pad) and padding tokens of a batch
+    (``vlmdata.audit.metrics.TOKEN_DEFINITIONS``).
 
     Padding is ``attention_mask == 0`` when the batch has an attention mask, else the trailing
     run of ``pad_token_id`` in each row (Bridge pads with the tokenizer's pad id and drops the
@@ -61,7 +62,7 @@ def count_tokens(batch: dict, image_token_id: int, pad_token_id: int = PAD_TOKEN
     ids = torch.as_tensor(batch["input_ids"])
     B, S = ids.shape
     mask = _as_tensor(batch.get("loss_mask"))
-    useful = int(mask.sum().item()) if mask is not None else int((torch.as_tensor(batch["labels"]) != -100).sum())
+    loss = int(mask.sum().item()) if mask is not None else int((torch.as_tensor(batch["labels"]) != -100).sum())
     am = _as_tensor(batch.get("attention_mask"))
     if am is not None:
         padding = int((am == 0).sum().item())
@@ -70,7 +71,7 @@ def count_tokens(batch: dict, image_token_id: int, pad_token_id: int = PAD_TOKEN
         # index of the last non-pad token + 1 per row; everything after it is padding
         last = torch.where(not_pad.any(1), S - not_pad.flip(1).argmax(1), torch.zeros(B, dtype=torch.int64))
         padding = int((S - last).sum().item())
-    return {"tokens_total": B * S, "tokens_useful": useful,
+    return {"tokens_total": B * S, "tokens_nonpad": B * S - padding, "tokens_loss": loss,
             "tokens_visual": int((ids == image_token_id).sum().item()), "tokens_padding": padding}
 
 

@@ -15,31 +15,39 @@ import json
 import os
 
 from .distributed import merge_ranks, stragglers as find_stragglers
-from .metrics import STAGE_ORDER, summarize
+from .metrics import STAGE_ORDER, TOKEN_DEFINITIONS, rate_ci, summarize
 from .verdict import GAP_METRICS, METRIC_LABELS, decide
 
-SCHEMA = "vlmdata.audit/1"
-RATE_COLUMNS = [("samples_per_s", "samples/s"), ("images_per_s", "images/s"), ("tokens_per_s", "tokens/s"),
-                ("useful_tokens_per_s", "useful tok/s"), ("visual_tokens_per_s", "visual tok/s"),
+SCHEMA = "vlmdata.audit/2"
+RATE_COLUMNS = [("samples_per_s", "samples/s"), ("images_per_s", "images/s"), ("nonpad_tokens_per_s", "non-pad tok/s"),
+                ("loss_tokens_per_s", "loss tok/s"), ("visual_tokens_per_s", "visual tok/s"),
                 ("tflops", "TFLOP/s/GPU")]
+# one fixed colour per stage (tab20 has 20 distinct colours; stages never share one)
+STAGE_COLOURS = dict(zip(STAGE_ORDER, ("#7f7f7f", "#bcbd22", "#17becf", "#9467bd", "#d62728", "#ff7f0e", "#1f77b4",
+                                       "#8c564b", "#2ca02c", "#e377c2", "#000000")))
 
 
 def build_report(results: list[dict], *, threshold: float, straggler_ratio: float = 1.10, seed: int = 0) -> dict:
     """``results``: the runner's result of each rank (one element without torchrun)."""
     first = results[0]
     world = len(results)
+    interleaved = (first.get("measurement") or {}).get("method") == "interleaved"
     report = {"schema": SCHEMA, "kind": "run", "config": first["config"], "environment": first["environment"],
-              "workload": first["workload"], "world_size": world, "sources": {}, "stragglers": {}}
+              "workload": first["workload"], "world_size": world, "measurement": first.get("measurement"),
+              "definitions": {"tokens": TOKEN_DEFINITIONS,
+                              "sources": {n: s.get("definition") for n, s in first["sources"].items()}},
+              "sources": {}, "stragglers": {}}
     runs = {}
     for name in first["sources"]:
         per_rank = [r["sources"][name]["records"] for r in results]
         records = per_rank[0] if world == 1 else merge_ranks(per_rank)
-        src = {"summary": summarize(records, world), "loader": first["sources"][name]["loader"], "records": records}
+        src = {"summary": summarize(records, world), "records": records,
+               **{k: v for k, v in first["sources"][name].items() if k not in ("records", "world_size")}}
         if world > 1:
             src["per_rank"] = [summarize(recs) for recs in per_rank]
             report["stragglers"][name] = find_stragglers(per_rank, straggler_ratio)
         report["sources"][name] = src
-        runs[name] = {"records": records, "world_size": world}
+        runs[name] = {"records": records, "world_size": world, "interleaved": interleaved}
     summaries = {k: v["summary"] for k, v in report["sources"].items()}
     flagged = sorted({r for s in report["stragglers"].values() for r in s["flagged"]})
     if "real" in runs and len(runs) > 1:
@@ -56,14 +64,14 @@ def _f(v, fmt="{:.3g}") -> str:
 
 
 def source_rows(report: dict) -> tuple[list[str], list[list[str]]]:
-    head = ["source", "step ms (median [p10, p90])", *[c for _, c in RATE_COLUMNS], "data wait", "padding",
+    head = ["source", "steps", "step ms (median [p10, p90])", *[c for _, c in RATE_COLUMNS], "data wait", "padding",
             "peak mem GB"]
     rows = []
     for name, src in report["sources"].items():
         s = src["summary"]
         st = s["step_ms"]
         pm = s.get("peak_mem_bytes")
-        rows.append([name, f"{st['median']:.1f} [{st['p10']:.1f}, {st['p90']:.1f}]",
+        rows.append([name, str(s["steps"]), f"{st['median']:.1f} [{st['p10']:.1f}, {st['p90']:.1f}]",
                      *[_f(s["rates"].get(k)) for k, _ in RATE_COLUMNS],
                      _f(s.get("data_wait_fraction"), "{:.1%}"), _f(s["shape"].get("padding_fraction"), "{:.1%}"),
                      _f(None if pm is None else pm / 1e9, "{:.1f}")])
@@ -71,16 +79,36 @@ def source_rows(report: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def shape_rows(report: dict) -> tuple[list[str], list[list[str]]]:
-    head = ["source", "images/sample", "tokens/sample", "useful tok/sample", "visual tok/sample",
-            "GFLOP/sample", "ms/sample", "ms per 1k useful tok"]
+    head = ["source", "images/sample", "tokens/sample (padded)", "non-pad tok/sample", "loss tok/sample",
+            "visual tok/sample", "GFLOP/sample", "ms/sample", "ms per 1k non-pad tok"]
     rows = []
     for name, src in report["sources"].items():
         sh = src["summary"]["shape"]
         fl = sh.get("flops_per_sample")
         rows.append([name, _f(sh.get("images_per_sample")), _f(sh.get("tokens_total_per_sample")),
-                     _f(sh.get("tokens_useful_per_sample")), _f(sh.get("tokens_visual_per_sample")),
-                     _f(None if fl is None else fl / 1e9), _f(sh.get("ms_per_sample")),
-                     _f(sh.get("ms_per_1k_useful_tokens"))])
+                     _f(sh.get("tokens_nonpad_per_sample")), _f(sh.get("tokens_loss_per_sample")),
+                     _f(sh.get("tokens_visual_per_sample")), _f(None if fl is None else fl / 1e9),
+                     _f(sh.get("ms_per_sample")), _f(sh.get("ms_per_1k_nonpad_tokens"))])
+    return head, rows
+
+
+def measurement_rows(report: dict) -> tuple[list[str], list[list[str]]]:
+    """How each source's figures were obtained: steps, start-up and epoch-boundary waits, first-seen
+    shapes inside timed steps (expected 0), census mismatches, pairing with real."""
+    head = ["source", "steps", "paired with real", "start-up wait ms", "epoch boundaries (steps, ms)",
+            "steady data wait", "first-seen shapes in timed steps", "batches unlike the census"]
+    rows = []
+    for name, src in report["sources"].items():
+        s = src["summary"]
+        dw = s.get("data_wait") or {}
+        eb, st = dw.get("epoch_boundary") or {}, dw.get("steady") or {}
+        pairing = src.get("pairing")
+        paired = "-" if name == "real" else ("no" if not pairing else
+                                             f"{pairing['same_samples']}/{pairing['steps']} steps same samples")
+        rows.append([name, str(s["steps"]), paired, _f(src.get("startup_wait_ms"), "{:.0f}"),
+                     f"{eb.get('steps', 0)}, {eb.get('ms', 0.0):.0f}" if dw else "-",
+                     _f(st.get("fraction"), "{:.2%}"), str(s.get("first_seen_shapes", "-")),
+                     str((src.get("census") or {}).get("mismatched_steps", "-"))])
     return head, rows
 
 
@@ -122,6 +150,8 @@ def rank_rows(report: dict) -> tuple[list[str], list[list[str]]]:
 def _tables(report: dict) -> list[tuple[str, tuple]]:
     t = [("Throughput per source", source_rows(report)), ("Workload shape", shape_rows(report)),
          ("Stage split", stage_rows(report))]
+    if report.get("measurement"):
+        t.append(("How it was measured", measurement_rows(report)))
     if report.get("verdict"):
         t.insert(1, ("Gaps (ratio to real, 95% bootstrap interval)", gap_rows(report["verdict"])))
     if report.get("stragglers"):
@@ -149,13 +179,16 @@ def plots(report: dict) -> dict[str, bytes]:
         err = [[0.0] * len(names), [0.0] * len(names)]
         for i, n in enumerate(names):
             ci = gaps.get(n, {}).get(m) if gaps else None
+            if n == "real":
+                ci = _own_interval(report["sources"][n].get("records") or [], m, report.get("world_size", 1))
             if ci and ci.get("lo") is not None and real:
                 err[0][i] = max(vals[i] - ci["lo"] * real, 0.0)
                 err[1][i] = max(ci["hi"] * real - vals[i], 0.0)
         ax.bar(names, vals, yerr=err, capsize=4, color=["#c44" if n != "real" else "#4a4" for n in names])
         ax.set_title(METRIC_LABELS[m])
         ax.tick_params(axis="x", labelrotation=20, labelsize=8)
-    fig.suptitle("throughput per source (error bars: 95% bootstrap interval of the ratio to real)", fontsize=9)
+    fig.suptitle("throughput per source (error bars: 95% bootstrap intervals; real: of its own rate, "
+                 "others: of the ratio to real)", fontsize=9)
     fig.tight_layout()
     out["throughput"] = _png(fig, plt)
     if any(s["stages_ms_per_sample"] for s in sums):
@@ -165,13 +198,21 @@ def plots(report: dict) -> dict[str, bytes]:
     return out
 
 
+def _own_interval(records: list[dict], metric: str, world: int) -> dict | None:
+    """A source's own rate interval as a ratio to its rate (for its error bar)."""
+    ci = rate_ci(records, metric, world_size=world) if records else None
+    if not ci or not ci["rate"]:
+        return None
+    return {"lo": ci["lo"] / ci["rate"], "hi": ci["hi"] / ci["rate"]}
+
+
 def _stages_plot(plt, names, sums) -> bytes:
     fig, ax = plt.subplots(figsize=(9, 4))
     bottom = [0.0] * len(names)
     for k in STAGE_ORDER:
         vals = [s["stages_ms_per_sample"].get(k, 0.0) for s in sums]
         if any(vals):
-            ax.bar(names, vals, bottom=bottom, label=k)
+            ax.bar(names, vals, bottom=bottom, label=k, color=STAGE_COLOURS.get(k))
             bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_ylabel("ms per sample")
     ax.set_title("stage breakdown per source")
@@ -217,19 +258,48 @@ def _env_line(report: dict) -> str:
 
 def _settings(report: dict) -> str:
     c = report.get("config") or {}
-    keys = ("preset", "device", "steps", "warmup", "seq_length", "micro_batch_size", "seed", "logits", "real",
-            "profile", "step")
+    keys = ("preset", "device", "seq_length", "micro_batch_size", "num_workers", "seed", "logits", "real",
+            "profile", "step", "loader_options")
     return ", ".join(f"{k} {c[k]}" for k in keys if c.get(k) is not None)
+
+
+def _definitions(report: dict) -> list[tuple[str, str]]:
+    d = report.get("definitions") or {}
+    return [(k, v) for k, v in (d.get("sources") or {}).items() if v] + list((d.get("tokens") or {}).items())
+
+
+def _definitions_html(report: dict) -> str:
+    defs = _definitions(report)
+    if not defs:
+        return ""
+    return "<h2>Definitions</h2><dl>" + "".join(f"<dt><b>{html.escape(k)}</b></dt><dd>{html.escape(v)}</dd>"
+                                               for k, v in defs) + "</dl>"
+
+
+def _method_line(report: dict) -> str:
+    m = report.get("measurement") or {}
+    if not m:
+        return ""
+    w = m.get("warmup") or {}
+    return (f"Method: {m.get('steps_per_source')} steps per source in {m.get('rounds')} interleaved rounds of "
+            f"{m.get('block')} (order rotating each round), stopped by {m.get('stop')}; every shape warmed first "
+            f"({w.get('shape_batches')} warm-up batches, {w.get('shape_items')} shape items, "
+            f"{w.get('seconds', 0):.1f} s) and {w.get('loader_steps_per_source')} untimed step(s) per source after "
+            f"its loader started; load average {report.get('environment', {}).get('load_average')}.")
 
 
 def markdown(report: dict) -> str:
     v = report.get("verdict")
     parts = ["# vlmdata audit", "", f"**{v['line']}**" if v else "_no verdict (needs real and one other source)_", "",
              f"Settings: {_settings(report)}.", "", f"Environment: {_env_line(report)}.", ""]
+    if _method_line(report):
+        parts += [_method_line(report), ""]
     for title, (head, rows) in _tables(report):
         parts += [f"## {title}", "", _md_table(head, rows), ""]
     if v and v["knobs"]:
         parts += ["## Knobs (largest first)", ""] + [f"- **{k['knob']}**: {k['message']}" for k in v["knobs"]] + [""]
+    if _definitions(report):
+        parts += ["## Definitions", ""] + [f"- **{k}**: {t}" for k, t in _definitions(report)] + [""]
     return "\n".join(parts)
 
 
@@ -239,17 +309,21 @@ def html_page(report: dict, pngs: dict[str, bytes] | None = None) -> str:
     colour = "#b00" if v and v["status"] == "MISLEADING" else "#070"
     body = ["<h1>vlmdata audit</h1>", f"<p style='font-size:1.2em;color:{colour}'><b>{esc(v['line'])}</b></p>"
             if v else "<p><i>no verdict</i></p>", f"<p>Settings: {esc(_settings(report))}.</p>",
-            f"<p>Environment: {esc(_env_line(report))}.</p>"]
+            f"<p>Environment: {esc(_env_line(report))}.</p>", f"<p>{esc(_method_line(report))}</p>"]
     for title, (head, rows) in _tables(report):
-        body.append(f"<h2>{esc(title)}</h2><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
-                    + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
+        body.append(f"<h2>{esc(title)}</h2><div class='scroll'><table><tr>"
+                    + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
+                    + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+                    + "</table></div>")
     if v and v["knobs"]:
         body.append("<h2>Knobs (largest first)</h2><ul>" + "".join(
             f"<li><b>{esc(k['knob'])}</b>: {esc(k['message'])}</li>" for k in v["knobs"]) + "</ul>")
     for name, data in (pngs or {}).items():
         body.append(f"<h2>{esc(name.replace('_', ' '))}</h2><img alt='{esc(name)}' "
                     f"src='data:image/png;base64,{base64.b64encode(data).decode()}'>")
-    style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+    body.append(_definitions_html(report))
+    style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse}"
+             ".scroll{overflow-x:auto;max-width:100%}img{max-width:100%;height:auto}"
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>vlmdata audit</title><style>{style}</style>"
             f"</head><body>{''.join(body)}</body></html>\n")

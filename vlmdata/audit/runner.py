@@ -1,285 +1,201 @@
-"""Run one training workload over each source through the same loader and record every step.
+"""Run one training workload over every source, so that the figures depend on the data and nothing else.
 
-For each source: seeds fixed (torch, the loader's ``seed``), peak memory reset, ``warmup`` steps run
-and dropped, then ``steps`` measured steps.  Per step::
+Phases (``run_audit``):
 
-    t0 -> next(batches) -> t1 -> workload(batch) -> t2
-    data_wait_ms = t1 - t0 (time blocked on the loader iterator), step_ms = t2 - t0
+1. **Inputs** (``vlmdata.audit.inputs``): real, the image-free view of real, the synthetic twin of real
+   (paired: step k of each sees the same sample positions), the mocks.
+2. **Census**: each source's loader is run once in *shapes* mode (no decode: the exact batches' shapes and
+   token ids, zero pixels) for the ``warmup + max_steps`` steps the measurement may use. Every sample must
+   fit ``seq_length`` (checked here, before any training). Every shape item a batch brings
+   (``workload.shape_items``: per-image grids, total patches, (B, S)) that no earlier batch brought marks
+   the batch for warm-up.
+3. **Warm-up**: the marked batches are run through ``workload.warm`` (forward + backward, no optimizer
+   step) untimed, so one-off per-shape costs (cuDNN plans, allocator growth) fall here and not on
+   whichever source happens to see a size first. Under torchrun every rank warms the same number of
+   batches. Then each source's live loader is started (DataLoader workers forked once; they stay alive
+   across epochs) and ``warmup`` full training steps per source run untimed; the first batch's wait is
+   recorded as the source's start-up wait.
+4. **Measurement, interleaved**: rounds of ``block`` steps per source, the source order rotating every
+   round (A B C D, B C D A, ...), so host load and clock drift fall on every source alike. Per step::
 
-plus the workload's own stage times (CUDA events on GPU, ``perf_counter`` on CPU; the reference
-step synchronises once at its end, so ``t2`` is after the GPU finished), and the batch's shape:
-samples, images, patches, total/useful/visual/padding tokens, model FLOPs (``flops.step_flops``),
-visual tokens per sample.  FLOPs and shapes are computed outside the timed region.
+       t0 -> next(batches) -> t1 -> workload(batch) -> t2
+       data_wait_ms = t1 - t0 (wait_kind "epoch_boundary" on the first batch of a new epoch, else "steady")
+       step_ms = t2 - t0; plus stage times, shape, FLOPs (computed outside the timed region),
+       first_seen_shapes (shape items not warmed: expected 0), census_match (the batch is the one the
+       census saw at that step), keys (sample keys, for the pairing check).
 
-Loaders come from ``vlmdata.loaders.make_loader(source, model=..., seq_length=...,
-micro_batch_size=..., seed=..., **loader_kwargs)``; keyword arguments the factory does not accept
-are dropped and listed in the result (``loader["dropped_kwargs"]``).
+   After each round past ``min_steps``, the paired bootstrap intervals of every gap are checked
+   (``verdict.settled``): the run stops when they are tight enough for the verdict, at ``max_steps``, or
+   when ``budget_s`` of measuring has passed (whichever comes first; stops fall on round ends, so every
+   source has the same number of steps).
+
+``clock`` is injectable (tests drive a fake workload on a fake clock).
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
+import math
 import os
 import platform
-import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from .flops import count_tokens, step_flops
-from .model import IMAGE_TOKEN_ID
+from .distributed import agree_max, agree_min
+from .inputs import MOCKS, REAL, SOURCES, AuditError, Input, check_sources, prepare_input, real_shards
+from .verdict import DEFAULT_THRESHOLD, PROXY_TOLERANCE, settled
+from .workloads import ReferenceWorkload, UserWorkload, batch_shape, materialize
 
-SOURCES = ("imagefree", "bridge-noise", "synthetic", "real")
-MOCKS = ("imagefree", "bridge-noise")
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SAMPLE_SHARDS = os.path.join(REPO, "sample_shards")
-
-
-class AuditError(Exception):
-    """The audit cannot run as asked (bad source, loader missing, workload not found): one line for the user."""
+__all__ = ["AuditConfig", "AuditError", "run_audit", "SOURCES", "MOCKS"]
 
 
-@dataclass
+def default_real() -> str:
+    """The embedded sample dataset (real photographs; see its README)."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "sample_shards")
+
+
+@dataclass(frozen=True)
 class AuditConfig:
-    real: str = SAMPLE_SHARDS
-    profile: str | None = None  # profile.json for the synthetic source; None: profile ``real`` now
+    """Everything one audit run needs. Validated by ``check()``; defaults are the CPU demo's."""
+
+    real: str | None = None  # None: the embedded sample data
+    profile: str | None = None  # sample the synthetic source from this profile (unpaired) instead of the twin
     sources: tuple[str, ...] = SOURCES
     preset: str = "tiny"
     device: str = "cpu"
-    steps: int = 10
-    warmup: int = 2
-    seq_length: int = 1024
-    micro_batch_size: int = 2
     seed: int = 0
     logits: str | None = None  # "all" | "loss"; None: "all" on CUDA, "loss" on CPU
     step: str | None = None  # "module:function" user workload
     model_family: str = "qwen3-vl"  # visual-token model the loader prepares batches for
-    loader_kwargs: dict[str, Any] = field(default_factory=dict)
-    profile_decode_images: int = 20  # decode timing sample when profiling ``real`` for synthetic
-    synthetic_in_process: bool = False  # generate synthetic samples in the loader instead of reading synth shards
+    seq_length: int = 2048
+    micro_batch_size: int = 2
+    num_workers: int | None = None  # loader workers per source and rank; None: 0 on CPU, auto on CUDA
+    loader_options: dict[str, Any] = field(default_factory=dict)  # other make_loader options
+    warmup: int = 0  # untimed full training steps per source after its loader starts
+    min_steps: int | None = None  # steps per source before stopping; None: one epoch of real (at most max_steps)
+    max_steps: int = 60  # measured steps per source at most (the census covers this many)
+    block: int = 2  # consecutive steps of one source within a round
+    budget_s: float = 90.0  # measuring stops after this many seconds (at the end of a round)
+    precision: float = 0.05  # stop when every gap's interval is within ±precision of its ratio (and decided)
+    threshold: float = DEFAULT_THRESHOLD
+    proxy_tolerance: float = PROXY_TOLERANCE
+    warm_shapes: bool = True  # False skips the shape warm-up: only to show what it prevents
+
+    def check(self) -> None:
+        check_sources(tuple(self.sources))
+        min_steps = self.max_steps if self.min_steps is None else self.min_steps
+        if self.block < 1 or min_steps < 1 or self.max_steps < min_steps or self.warmup < 0:
+            raise AuditError(f"need block >= 1, 1 <= min_steps <= max_steps and warmup >= 0 (got block={self.block}, "
+                             f"min_steps={self.min_steps}, max_steps={self.max_steps}, warmup={self.warmup})")
+        if self.budget_s <= 0 or not 0 < self.precision < 1:
+            raise AuditError(f"need budget_s > 0 and 0 < precision < 1 (got {self.budget_s}, {self.precision})")
+        if self.seq_length < 1 or self.micro_batch_size < 1:
+            raise AuditError("seq_length and micro_batch_size must be positive")
+        if self.num_workers is not None and self.num_workers < 0:
+            raise AuditError(f"num_workers must be >= 0, got {self.num_workers}")
 
     def resolved_logits(self) -> str:
         return self.logits or ("all" if torch.device(self.device).type == "cuda" else "loss")
 
+    def resolved_real(self) -> str:
+        return self.real or default_real()
 
-# ----------------------------------------------------------------------------- loaders
+    def steps_cap(self) -> int:
+        """max_steps rounded up to whole rounds."""
+        return self.block * math.ceil(self.max_steps / self.block)
+
+
+def default_workers(device: str, n_sources: int, world_size: int = 1) -> int:
+    """Loader workers per source and rank: 0 on CPU (the step already uses every core); on CUDA the
+    rank's share of the CPUs, minus two for the training process, split over the sources, 1..4."""
+    if torch.device(device).type != "cuda":
+        return 0
+    cpus = (os.cpu_count() or 1) // max(1, world_size)
+    return max(1, min(4, (cpus - 2) // max(1, n_sources)))
+
 
 def default_loader_factory() -> Callable:
-    """``vlmdata.loaders.make_loader`` (the shared loader every source goes through)."""
+    """``vlmdata.loaders.make_loader``: every source goes through it."""
+    from ..loaders.api import make_loader  # heavy imports stay out of the CLI's start-up
+
+    return make_loader
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _open(factory: Callable, inp: Input, cfg: AuditConfig, workers: int, images: str | None = None):
+    opts = {"model": cfg.model_family, "seq_length": cfg.seq_length, "micro_batch_size": cfg.micro_batch_size,
+            "seed": cfg.seed, "num_workers": workers, "num_epochs": None,
+            **({"pin_memory": True} if torch.device(cfg.device).type == "cuda" and workers > 0 else {}),
+            **cfg.loader_options, **inp.options}
+    if images is not None and opts.get("images", "decode") == "decode":  # "drop" stays "drop"
+        opts["images"] = images
     try:
-        mod = importlib.import_module("vlmdata.loaders")
-        return getattr(mod, "make_loader")
-    except (ImportError, AttributeError):
-        try:
-            return importlib.import_module("vlmdata.loaders.api").make_loader
-        except (ImportError, AttributeError) as e:
-            raise AuditError(f"vlmdata.loaders.make_loader is not available ({e})") from None
+        return factory(inp.source, **opts), opts
+    except TypeError as e:
+        raise AuditError(f"loader option not accepted: {e}") from None
+    except (ValueError, OSError) as e:
+        raise AuditError(f"cannot open source {inp.name}: {e}") from None
 
 
-def open_loader(factory: Callable, source: str, cfg: AuditConfig) -> tuple[Iterable, dict]:
-    """Call ``factory(source, ...)`` with the audit's settings; returns (batches, loader record)."""
-    kwargs = dict(model=cfg.model_family, seq_length=cfg.seq_length, micro_batch_size=cfg.micro_batch_size,
-                  seed=cfg.seed, **cfg.loader_kwargs)
-    params = inspect.signature(factory).parameters
-    if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        dropped = sorted(k for k in kwargs if k not in params)
-        kwargs = {k: v for k, v in kwargs.items() if k in params}
-    else:
-        dropped = []
+def _iterate(loader, inline: bool) -> Iterator:
+    if inline and hasattr(loader, "iter_inline"):
+        return loader.iter_inline()
+    return iter(loader)
+
+
+def _next(it: Iterator, name: str, i: int, total: int):
     try:
-        batches = factory(source, **kwargs)
-    except (ValueError, OSError, FileNotFoundError) as e:
-        raise AuditError(f"cannot open source {source!r}: {e}") from None
-    record = {"source": source, "factory": f"{factory.__module__}.{factory.__qualname__}",
-              "kwargs": {k: v for k, v in kwargs.items() if isinstance(v, (int, float, str, bool, type(None)))},
-              "dropped_kwargs": dropped}
-    return batches, record
+        return next(it)
+    except StopIteration:
+        raise AuditError(f"source {name}: the loader ran out of batches after {i} of {total} steps") from None
+    except ValueError as e:  # e.g. every sample skipped, or a row longer than seq_length
+        raise AuditError(f"source {name}: {e}") from None
 
 
-def synthetic_profile(cfg: AuditConfig, out_dir: str | None) -> str:
-    """The profile.json the synthetic source samples: ``cfg.profile`` or a profile of ``cfg.real`` made now."""
-    if cfg.profile:
-        if not os.path.isfile(cfg.profile):
-            raise AuditError(f"profile {cfg.profile!r} does not exist")
-        return cfg.profile
-    from ..profile import ProfileError, ProfileOptions, profile_dataset, write_profile
-
-    path = os.path.join(out_dir or tempfile.mkdtemp(prefix="vlmdata-audit-"), "real-profile.json")
-    try:
-        prof = profile_dataset(cfg.real, ProfileOptions(model=cfg.model_family, seed=cfg.seed,
-                                                        decode_images=cfg.profile_decode_images))
-        write_profile(prof, path)
-    except ProfileError as e:
-        raise AuditError(f"cannot profile {cfg.real!r} for the synthetic source: {e}") from None
-    return path
+def _lengths(loader, batch) -> list[int]:
+    lengths = getattr(loader, "last_lengths", None)
+    return list(lengths) if lengths else [int(torch.as_tensor(batch["input_ids"]).shape[1])]
 
 
-def synthetic_shards(cfg: AuditConfig, profile_path: str, out_dir: str | None) -> str:
-    """The profile's synthetic twin written as shards (one sample per profile row), like ``vlmdata synth``.
+@dataclass
+class _Census:
+    batches: list  # shapes-only batches (zero-stride pixels: no pixel memory)
+    items: list[frozenset]  # shape items of each step
+    keys: list[list[str]]
+    epochs: list  # epoch of each batch (None when the loader does not say)
+    longest: int
+    too_long: int
+    samples: int
 
-    Read back through the same loader as the real shards, synthetic samples then cost what real ones
-    cost on the host too (tar read + decode + preprocess), not the generator's (render + encode),
-    which would compete with the training process for CPU and slow its kernel launches."""
-    from ..build import write_dataset
-    from ..profile import load_profile
-    from ..synthetic.source import SyntheticSource
-
-    prof = load_profile(profile_path)
-    n = len(prof["rows"]["samples"]["n_images"])
-    out = os.path.join(out_dir or tempfile.mkdtemp(prefix="vlmdata-audit-"), "synthetic-shards")
-    src = SyntheticSource(prof, cfg.seed, variants=0, threads=0)
-    write_dataset(out, src.take(n), kind="synth", options={"generator": "profile", "seed": cfg.seed, "samples": n},
-                  source={"format": "synthetic", **src.describe()}, overwrite=True, max_count=64, energon=False)
-    return out
-
-
-def source_spec(name: str, cfg: AuditConfig, profile_path: str | None) -> str:
-    """What to hand the loader for a source name."""
-    if name in MOCKS:
-        return name
-    if name == "synthetic":
-        return profile_path  # run_audit swaps in synthetic_shards() unless synthetic_in_process
-    if name == "real":
-        if not os.path.exists(cfg.real):
-            raise AuditError(f"real shards {cfg.real!r} do not exist")
-        return cfg.real
-    raise AuditError(f"unknown source {name!r}; choose from {', '.join(SOURCES)}")
-
-
-# ----------------------------------------------------------------------------- workloads
-
-def _visual(batch: dict, key: str):
-    v = batch.get("visual_inputs")
-    if v is None:
+    def epoch_steps(self) -> int | None:
+        """Steps until the first batch of the next epoch (None: no epoch ends within the census)."""
+        for i, e in enumerate(self.epochs):
+            if e is not None and e != self.epochs[0]:
+                return i
         return None
-    return v.get(key) if isinstance(v, dict) else getattr(v, key, None)
 
 
-def batch_shape(batch: dict) -> dict:
-    """Samples, images, patches and visual tokens per sample of a batch (no FLOPs)."""
-    ids = torch.as_tensor(batch["input_ids"])
-    grid = _visual(batch, "image_grid_thw")
-    return {"samples": int(ids.shape[0]), "images": 0 if grid is None else int(len(grid)),
-            "patches": 0 if grid is None else int(torch.as_tensor(grid).prod(-1).sum()),
-            "visual_tokens_per_sample": (ids == IMAGE_TOKEN_ID).sum(1).tolist()}
-
-
-class ReferenceWorkload:
-    """The built-in Qwen3-VL-MoE model (``build_model``) trained by ``TrainStep``; gradients averaged over ranks under torchrun."""
-
-    def __init__(self, preset: str, device: str, logits: str, dist=None, seed: int = 0):
-        from .model import build_model, model_summary
-        from .step import TrainStep
-
-        self.model = build_model(preset, device, seed=seed)
-        self.summary = model_summary(self.model)
-        self.config, self.logits = self.model.config, logits
-        sync = None
-        if dist is not None and dist.world_size > 1:
-            from .distributed import GradAllReduce
-
-            sync = GradAllReduce(self.model, dist)
-        self.step = TrainStep(self.model, logits=logits, after_backward=sync)
-        self.name = f"reference:{preset}"
-
-    def begin_source(self) -> None:
-        self.step.reset_peak_memory()
-
-    def __call__(self, batch: dict) -> dict:
-        return self.step(batch)
-
-    def flops(self, batch: dict) -> dict:
-        return step_flops(self.config, batch, logits=self.logits)
-
-    def describe(self) -> dict:
-        return {"kind": "reference", "name": self.name, "logits": self.logits, "model": self.summary}
-
-    def close(self) -> None:
-        self.step.close()
-
-
-class UserWorkload:
-    """``--step module:function``: ``function(batch)`` runs one training step.  It may return a dict with
-    ``times_ms`` (stage times, with ``total``), ``flops`` (model FLOPs of the step) and ``peak_mem_bytes``;
-    otherwise the step is timed as one block and TFLOP/s are not reported."""
-
-    def __init__(self, spec: str, device: str):
-        mod_name, _, fn_name = spec.partition(":")
-        if not mod_name or not fn_name:
-            raise AuditError(f"--step must be module:function, got {spec!r}")
-        sys.path.insert(0, os.getcwd())
-        try:
-            fn = getattr(importlib.import_module(mod_name), fn_name)
-        except (ImportError, AttributeError) as e:
-            raise AuditError(f"cannot load --step {spec!r}: {e}") from None
-        if not callable(fn):
-            raise AuditError(f"--step {spec!r} is not callable")
-        self.fn, self.name, self.cuda = fn, spec, torch.device(device).type == "cuda"
-        self._last: dict = {}
-
-    def begin_source(self) -> None:
-        if self.cuda:
-            torch.cuda.reset_peak_memory_stats()
-
-    def __call__(self, batch: dict) -> dict:
-        if self.cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        ret = self.fn(batch)
-        if self.cuda:
-            torch.cuda.synchronize()
-        ms = (time.perf_counter() - t0) * 1e3
-        self._last = ret if isinstance(ret, dict) else {}
-        times = dict(self._last.get("times_ms") or {"step": ms})
-        times.setdefault("total", ms)
-        peak = self._last.get("peak_mem_bytes", torch.cuda.max_memory_allocated() if self.cuda else None)
-        return {"times_ms": times, "wall_ms": ms, "peak_mem_bytes": peak, "loss": self._last.get("loss")}
-
-    def flops(self, batch: dict) -> dict:
-        out = count_tokens(batch, IMAGE_TOKEN_ID)
-        out["total_flops"] = self._last.get("flops")
-        return out
-
-    def describe(self) -> dict:
-        return {"kind": "user", "name": self.name}
-
-    def close(self) -> None:
-        pass
-
-
-# ----------------------------------------------------------------------------- measuring
-
-def run_source(workload, batches: Iterable, *, steps: int, warmup: int, seed: int = 0,
-               advance: Callable[[int], None] = lambda n=1: None) -> list[dict]:
-    """Warm up, then measure ``steps`` steps of ``workload`` on ``batches``; one record per measured step."""
-    torch.manual_seed(seed)
-    workload.begin_source()
-    it = iter(batches)
-    records = []
-    for i in range(warmup + steps):
-        t0 = time.perf_counter()
-        try:
-            batch = next(it)
-        except StopIteration:
-            raise AuditError(f"the loader ran out of batches after {i} of {warmup + steps} steps") from None
-        t1 = time.perf_counter()
-        r = workload(batch)
-        t2 = time.perf_counter()
-        advance(1)
-        if i < warmup:
-            continue
-        f = workload.flops(batch)
-        rec = {"step": i - warmup, "data_wait_ms": (t1 - t0) * 1e3, "step_ms": (t2 - t0) * 1e3,
-               "times_ms": r["times_ms"], "peak_mem_bytes": r.get("peak_mem_bytes"), "loss": r.get("loss"),
-               "flops": f.get("total_flops"), "lm_flops": f.get("lm_flops"), "vision_flops": f.get("vision_flops"),
-               **{k: f[k] for k in ("tokens_total", "tokens_useful", "tokens_visual", "tokens_padding")},
-               **batch_shape(batch)}
-        records.append(rec)
-    return records
+def census(name: str, loader, steps: int, workload) -> _Census:
+    """Run ``loader`` (shapes mode, in this process) for ``steps`` batches and record what each brings."""
+    it = _iterate(loader, inline=True)
+    c = _Census([], [], [], [], 0, 0, 0)
+    for i in range(steps):
+        batch = _next(it, name, i, steps)
+        c.batches.append(batch)
+        c.items.append(workload.shape_items(batch))
+        c.keys.append(list(getattr(loader, "last_keys", []) or []))
+        c.epochs.append(getattr(loader, "last_epoch", None))
+        lens = _lengths(loader, batch)
+        c.samples += len(lens)
+        c.longest = max(c.longest, max(lens))
+        c.too_long += sum(n > int(torch.as_tensor(batch["input_ids"]).shape[1]) for n in lens)
+    return c
 
 
 def environment(device: str) -> dict:
@@ -291,7 +207,8 @@ def environment(device: str) -> dict:
     dev = torch.device(device)
     env = {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__,
            "transformers": transformers.__version__, "numpy": numpy.__version__, "vlmdata": __version__,
-           "device": str(dev), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+           "device": str(dev), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+           "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     if dev.type == "cuda":
         env.update(device_name=torch.cuda.get_device_name(dev), cuda=torch.version.cuda,
                    cudnn=torch.backends.cudnn.version(), nccl=".".join(map(str, torch.cuda.nccl.version())))
@@ -300,41 +217,263 @@ def environment(device: str) -> dict:
     return env
 
 
-def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_dir: str | None = None,
-              dist=None, progress: Callable | None = None) -> dict:
-    """Measure every source of ``cfg``; returns ``{"config", "environment", "workload", "sources": {name:
-    {"records", "loader", "world_size"}}}``.  ``progress(total)`` is a context manager yielding advance."""
-    for s in cfg.sources:
-        if s not in SOURCES:
-            raise AuditError(f"unknown source {s!r}; choose from {', '.join(SOURCES)}")
-    if cfg.steps < 1 or cfg.warmup < 0:
-        raise AuditError("--steps must be >= 1 and --warmup >= 0")
-    factory = loader_factory or default_loader_factory()
-    main = dist is None or dist.is_main  # under torchrun only rank 0 writes into out_dir
-    profile_path = synthetic_profile(cfg, out_dir if main else None) if "synthetic" in cfg.sources else None
-    specs = {s: source_spec(s, cfg, profile_path) for s in cfg.sources}
-    if "synthetic" in specs and not cfg.synthetic_in_process:
-        specs["synthetic"] = synthetic_shards(cfg, profile_path, out_dir if main else None)
-    device = dist.device if dist is not None else cfg.device
-    logits = cfg.resolved_logits()
-    workload = UserWorkload(cfg.step, device) if cfg.step else \
-        ReferenceWorkload(cfg.preset, device, logits, dist, seed=cfg.seed)
-    result = {"config": {**asdict(cfg), "logits": logits, "profile": profile_path},
-              "environment": environment(device), "workload": workload.describe(), "sources": {}}
-    world = dist.world_size if dist is not None else 1
-    from contextlib import nullcontext
+def _record(workload, batch, r: dict, *, name: str, step: int, rnd: int, t0: float, t1: float, t2: float,
+            wait_kind: str, new_items: int, match: bool | None, keys: list[str]) -> dict:
+    f = workload.flops(batch)
+    return {"step": step, "round": rnd, "data_wait_ms": (t1 - t0) * 1e3, "step_ms": (t2 - t0) * 1e3,
+            "wait_kind": wait_kind, "times_ms": r["times_ms"], "peak_mem_bytes": r.get("peak_mem_bytes"),
+            "loss": r.get("loss"), "flops": f.get("total_flops"), "lm_flops": f.get("lm_flops"),
+            "vision_flops": f.get("vision_flops"),
+            **{k: f[k] for k in ("tokens_total", "tokens_nonpad", "tokens_loss", "tokens_visual", "tokens_padding")},
+            **batch_shape(batch), "first_seen_shapes": new_items, "census_match": match, "keys": keys}
 
-    ctx = progress(len(cfg.sources) * (cfg.steps + cfg.warmup)) if progress else nullcontext(lambda n=1: None)
+
+# ----------------------------------------------------------------------------- the run
+
+def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_dir: str | None = None,
+              dist=None, progress: Callable | None = None, clock: Callable[[], float] = time.perf_counter,
+              workload=None) -> dict:
+    """Measure every source of ``cfg`` (see the module docstring).
+
+    Args:
+        cfg: the run's settings.
+        loader_factory: ``make_loader``-compatible factory (default ``vlmdata.loaders.make_loader``).
+        out_dir: where generated inputs (the synthetic twin) are written (a temporary folder when None).
+        dist: ``distributed.DistInfo`` under torchrun, else None.
+        progress: ``progress(total)`` -> context manager yielding ``advance(n=1)``.
+        clock: seconds; the timer of every measured interval.
+        workload: a workload object (``vlmdata.audit.workloads``' interface) instead of the one ``cfg`` names.
+
+    Returns:
+        ``{"config", "environment", "workload", "measurement", "sources": {name: {"records", "loader",
+        "world_size", "paired", "definition", "startup_wait_ms", "census"}}}``.
+    """
+    cfg.check()
+    factory = loader_factory or default_loader_factory()
+    main = dist is None or dist.is_main
+    world = dist.world_size if dist is not None else 1
+    device = dist.device if dist is not None else cfg.device
+    work_dir = out_dir if (out_dir and main) else tempfile.mkdtemp(prefix="vlmdata-audit-")
+    logits = cfg.resolved_logits()
+    workers = cfg.num_workers if cfg.num_workers is not None else default_workers(device, len(cfg.sources), world)
+    cap = cfg.steps_cap()
+    horizon = cfg.warmup + cap
+    t_start = clock()
+
+    shards = real_shards(cfg.resolved_real())
+    if workload is None:
+        workload = UserWorkload(cfg.step, device) if cfg.step else \
+            ReferenceWorkload(cfg.preset, device, logits, dist, seed=cfg.seed)
+    result: dict[str, Any] = {
+        "config": {**asdict(cfg), "sources": list(cfg.sources), "logits": logits, "num_workers": workers,
+                   "real": cfg.resolved_real(), "max_steps": cap},
+        "environment": environment(device), "workload": workload.describe(), "sources": {}}
     try:
-        with ctx as advance:
+        # 1-2. inputs and census (real first: the synthetic twin covers the keys real's steps use)
+        t_prep = clock()
+        inputs: dict[str, Input] = {}
+        censuses: dict[str, _Census] = {}
+        for name in [REAL] + [s for s in cfg.sources if s != REAL]:
+            twin_keys = {k for ks in censuses[REAL].keys for k in ks} if REAL in censuses else None
+            inputs[name] = prepare_input(name, shards, profile=cfg.profile, seed=cfg.seed, model=cfg.model_family,
+                                         work_dir=work_dir, twin_keys=twin_keys)
+            loader, _ = _open(factory, inputs[name], cfg, workers, images="shapes")
+            censuses[name] = c = census(name, loader, horizon, workload)
+            if c.too_long:
+                raise AuditError(
+                    f"source {name}: {c.too_long} of {c.samples} samples in the first {horizon} steps need more "
+                    f"than seq_length={cfg.seq_length} tokens (the longest needs {c.longest}); use seq_length >= "
+                    f"{-(-c.longest // 128) * 128}")
+        epoch = censuses[REAL].epoch_steps()
+        if epoch is not None:
+            epoch = max(1, epoch - cfg.warmup) if cfg.warmup else epoch
+        min_steps = cfg.min_steps if cfg.min_steps is not None else min(epoch or cap, cap)
+        prep_s = clock() - t_prep
+
+        # 3. warm-up: one full step (optimizer, gradient sync), then every shape item of the first round
+        warmed: set = set()
+        warm_stats = {"batches": 0, "seconds": 0.0, "in_rounds": 0.0}
+        rounds = 0
+        first = censuses[REAL].batches[0]
+        t_w = clock()
+        workload.begin_step()
+        workload(materialize(first))
+        warm_stats["seconds"] += clock() - t_w
+        warm_stats["full_steps"] = 1
+
+        def warm_up(indices: dict[str, range]) -> None:
+            """Warm every shape item the given census steps bring that nothing warmed yet (untimed)."""
+            todo = []
+            if not cfg.warm_shapes:
+                return
+            for name, idx in indices.items():
+                for i in idx:
+                    if censuses[name].items[i] - warmed:
+                        todo.append(censuses[name].batches[i])
+                        warmed.update(censuses[name].items[i])
+            n = int(agree_max(dist, len(todo)))  # every rank runs the same number of warm-up steps
+            t = clock()
+            for i in range(n):
+                workload.warm(materialize(todo[min(i, len(todo) - 1)] if todo else first))
+            dt = clock() - t
+            warm_stats["batches"] += n
+            warm_stats["seconds"] += dt
+            if rounds:  # warm-ups between rounds: not part of the measuring budget
+                warm_stats["in_rounds"] += dt
+
+        live: dict[str, Any] = {}
+        its: dict[str, Iterator] = {}
+        pending: dict[str, Any] = {}
+        startup: dict[str, float] = {}
+        loader_records: dict[str, dict] = {}
+        last_epoch: dict[str, Any] = {}
+        warm_up({name: range(0, min(horizon, cfg.warmup + cfg.block)) for name in cfg.sources})
+        t_lw = clock()
+        for name in cfg.sources:  # start each loader; its first batch's wait is start-up, reported apart
+            live[name], opts = _open(factory, inputs[name], cfg, workers)
+            loader_records[name] = {"source": inputs[name].name, "kwargs": {
+                k: v for k, v in opts.items() if isinstance(v, (int, float, str, bool, type(None)))},
+                "factory": f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', '?')}"}
+            its[name] = _iterate(live[name], inline=False)
+            t0 = clock()
+            pending[name] = _next(its[name], name, 0, horizon)
+            startup[name] = (clock() - t0) * 1e3
+            if getattr(live[name], "last_epoch", None) is not None:
+                last_epoch[name] = live[name].last_epoch
+        for i in range(cfg.warmup):  # optional untimed full steps per source
             for name in cfg.sources:
-                batches, loader = open_loader(factory, specs[name], cfg)
-                records = run_source(workload, batches, steps=cfg.steps, warmup=cfg.warmup, seed=cfg.seed,
-                                     advance=advance)
-                stats = getattr(batches, "stats", None)
-                if stats is not None and hasattr(stats, "to_json"):
-                    loader["stats"] = stats.to_json()
-                result["sources"][name] = {"records": records, "loader": loader, "world_size": world}
+                batch = pending.pop(name) if name in pending else _next(its[name], name, i, horizon)
+                workload.begin_step()
+                workload(batch)
+                if getattr(live[name], "last_epoch", None) is not None:
+                    last_epoch[name] = max(live[name].last_epoch, last_epoch.get(name, 0))
+        loader_warm_s = clock() - t_lw
+
+        # 4. interleaved rounds
+        records: dict[str, list] = {name: [] for name in cfg.sources}
+        n = len(cfg.sources)
+        done, stop_reason = 0, None
+        t_measure = clock()
+        ctx = progress(n * cap) if progress else nullcontext(lambda k=1: None)
+        with ctx as advance:
+            while stop_reason is None:
+                if rounds:
+                    warm_up({name: range(cfg.warmup + done, cfg.warmup + min(cap, done + cfg.block))
+                             for name in cfg.sources})
+                for name in [cfg.sources[(rounds + j) % n] for j in range(n)]:
+                    for j in range(cfg.block):
+                        k = done + j
+                        idx = cfg.warmup + k
+                        t0 = clock()
+                        if name in pending:  # fetched at start-up: its wait is reported as start-up
+                            batch, kind = pending.pop(name), "startup_excluded"
+                        else:
+                            batch, kind = _next(its[name], name, idx, horizon), "steady"
+                        t1 = clock()
+                        workload.begin_step()
+                        r = workload(batch)
+                        t2 = clock()
+                        items = workload.shape_items(batch)
+                        new = items - warmed
+                        warmed.update(new)
+                        ep = getattr(live[name], "last_epoch", None)
+                        if kind == "steady" and ep is not None and ep > last_epoch.get(name, ep):
+                            kind = "epoch_boundary"  # the first batch of an epoch later than any before
+                        if ep is not None:
+                            last_epoch[name] = max(ep, last_epoch.get(name, ep))
+                        records[name].append(_record(
+                            workload, batch, r, name=name, step=k, rnd=rounds, t0=t0, t1=t1, t2=t2, wait_kind=kind,
+                            new_items=len(new), match=items == censuses[name].items[idx],
+                            keys=list(getattr(live[name], "last_keys", []) or [])))
+                        advance(1)
+                done += cfg.block
+                rounds += 1
+                elapsed = clock() - t_measure - warm_stats["in_rounds"]  # the budget counts measuring only
+                stop_reason = _stop(records, cfg, world, done, cap, min_steps, epoch, elapsed)
+                if dist is not None:  # every rank stops together
+                    stop_reason = _agree_stop(dist, stop_reason)
+        measure_s = clock() - t_measure - warm_stats["in_rounds"]
+        window = _window(done, epoch)
+        records = {name: recs[:window] for name, recs in records.items()}
+        _, open_items = settled(_runs(records, world), threshold=cfg.threshold, proxy_tolerance=cfg.proxy_tolerance,
+                                precision=cfg.precision, seed=cfg.seed)
+        for name in cfg.sources:
+            stats = getattr(live[name], "stats", None)
+            if stats is not None and hasattr(stats, "to_json"):
+                loader_records[name]["stats"] = stats.to_json()
+            c = censuses[name]
+            result["sources"][name] = {
+                "records": records[name], "loader": loader_records[name], "world_size": world,
+                "paired": inputs[name].paired, "definition": inputs[name].definition,
+                "startup_wait_ms": startup.get(name),
+                "census": {"steps": len(c.items), "samples": c.samples, "longest_tokens": c.longest,
+                           "mismatched_steps": sum(1 for r in records[name] if r["census_match"] is False)},
+                "pairing": _pairing(records[name], records[REAL]) if inputs[name].paired else None}
+        result["measurement"] = {
+            "method": "interleaved", "block": cfg.block, "rounds": rounds, "steps_run": done,
+            "steps_per_source": window, "real_epoch_steps": epoch, "stop": stop_reason, "open": open_items,
+            "min_steps": min_steps, "max_steps": cap, "budget_s": cfg.budget_s, "precision": cfg.precision,
+            "order_first_round": [cfg.sources[j % n] for j in range(n)],
+            "warmup": {"shape_batches": warm_stats["batches"], "full_steps": warm_stats["full_steps"],
+                       "shape_items": len(warmed), "seconds": warm_stats["seconds"],
+                       "loader_steps_per_source": cfg.warmup, "loader_seconds": loader_warm_s},
+            "prepare_seconds": prep_s, "measure_seconds": measure_s, "total_seconds": clock() - t_start,
+            "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     finally:
         workload.close()
     return result
+
+
+def _window(done: int, epoch: int | None) -> int:
+    """Steps the figures use: whole epochs of real when at least one was measured (every sample weighs the
+    same), else every step run."""
+    return done if not epoch or done < epoch else done - done % epoch
+
+
+def _stop(records: dict[str, list], cfg: AuditConfig, world: int, done: int, cap: int, min_steps: int,
+          epoch: int | None, elapsed: float) -> str | None:
+    """Why to stop after this round (None: go on). The settled check runs on the whole-epoch window."""
+    if done >= cap:
+        return "max_steps"
+    if elapsed >= cfg.budget_s and done >= min(min_steps, cap):
+        return "budget"
+    if done >= min_steps:
+        window = _window(done, epoch)
+        fresh = epoch is None or window == done or done - window < cfg.block  # a window just completed
+        if fresh and _settled({k: v[:window] for k, v in records.items()}, cfg, world):
+            return "settled"
+    if elapsed >= 4 * cfg.budget_s:  # min_steps cannot be reached in reasonable time
+        return "budget"
+    return None
+
+
+def _runs(records: dict[str, list], world: int) -> dict[str, dict]:
+    return {name: {"records": recs, "world_size": world, "interleaved": True} for name, recs in records.items()}
+
+
+def _settled(records: dict[str, list], cfg: AuditConfig, world: int) -> bool:
+    ok, _ = settled(_runs(records, world), threshold=cfg.threshold, proxy_tolerance=cfg.proxy_tolerance,
+                    precision=cfg.precision, seed=cfg.seed)
+    return ok
+
+
+def _agree_stop(dist, reason: str | None) -> str | None:
+    """One stop decision for all ranks: the cap and the budget stop everyone; 'settled' only when every
+    rank is settled."""
+    hard = agree_max(dist, 1 if reason in ("max_steps", "budget") else 0)
+    if hard:
+        return reason or "budget"
+    return "settled" if agree_min(dist, 1 if reason == "settled" else 0) else None
+
+
+def _pairing(records: list[dict], real: list[dict]) -> dict:
+    """How many measured steps of a paired source saw exactly the samples (keys) real saw at that step."""
+    same = sum(1 for a, b in zip(records, real) if a.get("keys") and a.get("keys") == b.get("keys"))
+    return {"steps": len(records), "same_samples": same, "paired_fraction": same / len(records) if records else None}
+
+
+def iter_records(result: dict) -> Iterable[tuple[str, dict]]:
+    """(source, record) of every measured step."""
+    for name, src in result["sources"].items():
+        for r in src["records"]:
+            yield name, r

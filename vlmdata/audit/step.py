@@ -249,6 +249,37 @@ class TrainStep:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
 
+    def _forward_loss(self, batch: dict, pos) -> torch.Tensor:
+        """h2d copies, the model forward and the masked loss (marks placed when timing is on)."""
+        model, dev = self.model, self.device
+        self.marks("start")
+        vis = batch.get("visual_inputs")
+        ids, labels, lmask = (_to(batch[k], dev) for k in ("input_ids", "labels", "loss_mask"))
+        am, pos = _to(batch.get("attention_mask"), dev), _to(pos, dev)
+        pv, grid = _to(_get(vis, "pixel_values"), dev), _to(_get(vis, "image_grid_thw"), dev)
+        self.marks("h2d_end")
+        hidden = model.model(input_ids=ids, attention_mask=am, position_ids=pos, pixel_values=pv,
+                             image_grid_thw=grid if pv is not None else None,
+                             use_cache=False).last_hidden_state
+        if self.logits == "loss":  # boolean indexing: a device sync on CUDA
+            sel = lmask > 0
+            hidden, labels, lmask = hidden[sel], labels[sel], lmask[sel]
+        loss = masked_lm_loss(model.lm_head(hidden), labels, lmask)
+        self.marks("fwd_end")
+        return loss
+
+    def warm(self, batch: dict) -> None:
+        """Forward and backward on ``batch`` untimed, without the gradient sync (``after_backward``) or the
+        optimizer step; gradients are dropped, so the weights stay as they were. Runs every kernel the
+        batch's shapes need once (cuDNN/cuBLAS plans, allocator growth) before anything is timed."""
+        if self.check:
+            check_batch(batch, self.model.config)
+        loss = self._forward_loss(batch, mrope_position_ids(self.model, batch))
+        loss.backward()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
     def __call__(self, batch: dict) -> dict[str, Any]:
         model, dev = self.model, self.device
         t_host = time.perf_counter()
@@ -259,20 +290,7 @@ class TrainStep:
 
         self.marks.marks, self.marks.on = [], True
         try:
-            self.marks("start")
-            vis = batch.get("visual_inputs")
-            ids, labels, lmask = (_to(batch[k], dev) for k in ("input_ids", "labels", "loss_mask"))
-            am, pos = _to(batch.get("attention_mask"), dev), _to(pos, dev)
-            pv, grid = _to(_get(vis, "pixel_values"), dev), _to(_get(vis, "image_grid_thw"), dev)
-            self.marks("h2d_end")
-            hidden = model.model(input_ids=ids, attention_mask=am, position_ids=pos, pixel_values=pv,
-                                 image_grid_thw=grid if pv is not None else None,
-                                 use_cache=False).last_hidden_state
-            if self.logits == "loss":  # boolean indexing: a device sync on CUDA
-                sel = lmask > 0
-                hidden, labels, lmask = hidden[sel], labels[sel], lmask[sel]
-            loss = masked_lm_loss(model.lm_head(hidden), labels, lmask)
-            self.marks("fwd_end")
+            loss = self._forward_loss(batch, pos)
             loss.backward()
             if self.after_backward is not None:
                 self.after_backward()

@@ -1,31 +1,62 @@
 """The audit's verdict: is the mock throughput figure reportable, is synthetic a proxy, and why.
 
-- gap = mock rate / real rate for TFLOP/s, samples/s and useful tokens/s, with bootstrap intervals;
-- MISLEADING when, for any mock source, any of those gaps exceeds ``1 + threshold`` (point estimate;
-  ``confident`` says whether the interval's lower end is above it too);
-- synthetic is a trustworthy proxy when every available gap synthetic/real is within
-  ``proxy_tolerance`` (5%) of 1;
+- gap = source rate / real rate for samples/s, TFLOP/s and non-pad tokens/s (``GAP_METRICS``), each
+  with a 95% bootstrap interval; sources measured interleaved are resampled jointly by step (paired);
+- MISLEADING when, for any judged source (every source but real and synthetic: the mocks), any gap's
+  point estimate exceeds ``1 + threshold``; ``confident`` says whether the interval's lower end is above
+  the limit too. The headline names every offender;
+- synthetic is a trustworthy proxy when every available gap synthetic/real is within ``proxy_tolerance``
+  (5%) of 1;
+- ``settled``: the intervals are tight enough for the verdict (each on one side of its limit, each within
+  ±precision of its ratio); the runner measures until they are;
 - the stage that contributes most to each mock's gap: per-sample stage time, real minus mock;
 - knobs: rules on the real source's figures, largest share first (the next one to look at).
 """
 
 from __future__ import annotations
 
-from .metrics import ratio_ci
+from .metrics import RATE_LABELS, ratio_ci
 
-GAP_METRICS = ("tflops", "samples_per_s", "useful_tokens_per_s")
-METRIC_LABELS = {"tflops": "TFLOP/s", "samples_per_s": "samples/s", "useful_tokens_per_s": "useful tokens/s"}
-MOCKS = ("imagefree", "bridge-noise")
+GAP_METRICS = ("samples_per_s", "tflops", "nonpad_tokens_per_s")  # headline order: what people report first
+METRIC_LABELS = {m: RATE_LABELS[m] for m in GAP_METRICS} | {"tflops": "TFLOP/s"}
 DEFAULT_THRESHOLD = 0.10
 PROXY_TOLERANCE = 0.05
+PROXY = "synthetic"
 FORWARD_STAGES = ("forward_other", "vision", "projector", "lm_forward", "lm_head_loss")
 
 
 def gaps(runs: dict[str, dict], source: str, real: str = "real", seed: int = 0) -> dict[str, dict | None]:
-    """``{metric: ratio_ci(source/real)}``; ``runs[name] = {"records": [...], "world_size": n}``."""
+    """``{metric: ratio_ci(source/real)}``; ``runs[name] = {"records", "world_size", "interleaved"?}``."""
     a, b = runs[source], runs[real]
+    paired = bool(a.get("interleaved") and b.get("interleaved"))
     return {m: ratio_ci(a["records"], b["records"], m, world_num=a.get("world_size", 1),
-                        world_den=b.get("world_size", 1), seed=seed) for m in GAP_METRICS}
+                        world_den=b.get("world_size", 1), paired=paired, seed=seed) for m in GAP_METRICS}
+
+
+def _bounds(source: str, threshold: float, proxy_tolerance: float) -> tuple[float, ...]:
+    return (1 - proxy_tolerance, 1 + proxy_tolerance) if source == PROXY else (1 + threshold,)
+
+
+def settled(runs: dict[str, dict], *, threshold: float = DEFAULT_THRESHOLD, proxy_tolerance: float = PROXY_TOLERANCE,
+            precision: float = 0.05, real: str = "real", seed: int = 0) -> tuple[bool, list[str]]:
+    """(every gap decided, the gaps still open). A gap is decided when its interval lies on one side of each
+    of its limits (1 + threshold for a mock; 1 ± proxy_tolerance for synthetic) and its half-width is at most
+    ``precision`` of its ratio."""
+    open_items = []
+    for src in runs:
+        if src == real:
+            continue
+        for m, ci in gaps(runs, src, real, seed).items():
+            if ci is None or ci["lo"] is None:
+                continue
+            half = (ci["hi"] - ci["lo"]) / 2 / ci["ratio"]
+            if half > precision:
+                open_items.append(f"{src} {METRIC_LABELS[m]}: ±{half:.1%}")
+            for bound in _bounds(src, threshold, proxy_tolerance):
+                if ci["lo"] <= bound <= ci["hi"]:
+                    open_items.append(f"{src} {METRIC_LABELS[m]}: interval [{ci['lo']:.3f}, {ci['hi']:.3f}] "
+                                      f"contains {bound:.2f}")
+    return not open_items, open_items
 
 
 def stage_attribution(mock: dict, real: dict) -> dict:
@@ -60,7 +91,7 @@ def knobs(real: dict, stragglers: list[int] | None = None) -> list[dict]:
     if pad > 0.30:
         out.append({"knob": "padding", "share": pad, "message":
                     f"padding is {pad:.0%} of tokens (> 30%): pack sequences or pad to a multiple of 128 "
-                    "instead of seq_length; compare runs by useful tokens/s"})
+                    "instead of seq_length; compare runs by non-pad tokens/s"})
     h2d = share("h2d")
     if h2d > 0.05:
         out.append({"knob": "h2d", "share": h2d, "message":
@@ -71,10 +102,10 @@ def knobs(real: dict, stragglers: list[int] | None = None) -> list[dict]:
                     f"lm_head + loss take {head:.0%} of step time: the vocabulary projection over every token; "
                     "compute logits on loss tokens only or fuse the cross entropy"})
     cv = real["step_ms"].get("cv") or 0.0
-    if cv > 0.20:
+    if cv > 0.20 and (real.get("shape") or {}).get("images_per_sample"):
         out.append({"knob": "variance", "share": cv / 2, "message":
                     f"step time varies (cv {cv:.0%}): batches carry different visual work; bucket by visual "
-                    "tokens or measure more steps"})
+                    "tokens or balance images across micro-batches"})
     if stragglers:
         out.append({"knob": "stragglers", "share": 1.0, "message":
                     f"ranks {stragglers} carry more visual tokens per step and stall the others: balance images "
@@ -92,22 +123,22 @@ def decide(runs: dict[str, dict], summaries: dict[str, dict], *, threshold: floa
     if not others:
         raise ValueError("the verdict needs at least one source besides real")
     limit = 1 + threshold
-    result = {"threshold": threshold, "proxy_tolerance": proxy_tolerance, "gaps": {}, "attribution": {},
-              "offenders": []}
+    result = {"threshold": threshold, "proxy_tolerance": proxy_tolerance, "metrics": list(GAP_METRICS), "gaps": {},
+              "attribution": {}, "offenders": []}
     for src in others:
         g = gaps(runs, src, real, seed)
         result["gaps"][src] = g
         result["attribution"][src] = stage_attribution(summaries[src], summaries[real])
-        if src == "synthetic":
+        if src == PROXY:
             continue
         for m, ci in g.items():
             if ci is not None and ci["ratio"] > limit:
                 result["offenders"].append({"source": src, "metric": m, "ratio": ci["ratio"], "lo": ci["lo"],
                                             "hi": ci["hi"], "confident": ci["lo"] is not None and ci["lo"] > limit})
     result["status"] = "MISLEADING" if result["offenders"] else "OK"
-    if "synthetic" in result["gaps"]:
-        devs = {m: abs(ci["ratio"] - 1) for m, ci in result["gaps"]["synthetic"].items() if ci is not None}
-        cis = [ci for ci in result["gaps"]["synthetic"].values() if ci is not None and ci["lo"] is not None]
+    if PROXY in result["gaps"]:
+        devs = {m: abs(ci["ratio"] - 1) for m, ci in result["gaps"][PROXY].items() if ci is not None}
+        cis = [ci for ci in result["gaps"][PROXY].values() if ci is not None and ci["lo"] is not None]
         result["synthetic_proxy"] = {"trustworthy": bool(devs) and max(devs.values()) <= proxy_tolerance,
                                      "max_deviation": max(devs.values()) if devs else None, "deviations": devs,
                                      "intervals_include_1": bool(cis) and all(c["lo"] <= 1 <= c["hi"] for c in cis)}
@@ -122,24 +153,29 @@ def _fmt_ci(ci: dict) -> str:
 
 
 def verdict_line(v: dict) -> str:
-    """One line for the terminal and the report."""
+    """One line for the terminal and the report; a MISLEADING line names every offending source."""
     limit = 1 + v["threshold"]
+    order = {m: i for i, m in enumerate(GAP_METRICS)}
     if v["status"] == "MISLEADING":
-        # headline: the metric people report first (samples/s, then TFLOP/s), then useful tokens/s
-        order = {m: i for i, m in enumerate(("samples_per_s", "tflops", "useful_tokens_per_s"))}
-        worst = min(v["offenders"], key=lambda o: (order[o["metric"]], -o["ratio"]))
-        g = v["gaps"][worst["source"]]
-        rest = ", ".join(f"{METRIC_LABELS[m]} {g[m]['ratio']:.2f}x" for m in GAP_METRICS
-                         if m != worst["metric"] and g.get(m))
-        line = (f"MISLEADING: {worst['source']} overstates real {METRIC_LABELS[worst['metric']]} "
-                f"{_fmt_ci(g[worst['metric']])} (limit {limit:.2f}x{'' if worst['confident'] else ', interval reaches below it'}"
-                f"; {rest})")
-        top = v["attribution"][worst["source"]]["top_stage"]
-        if top:
-            line += f"; most of the gap is {top}"
+        parts = []
+        for src in dict.fromkeys(o["source"] for o in v["offenders"]):
+            offs = sorted((o for o in v["offenders"] if o["source"] == src), key=lambda o: order[o["metric"]])
+            g = v["gaps"][src]
+            first = offs[0]
+            others = ", ".join(f"{METRIC_LABELS[o['metric']]} {_fmt_ci(g[o['metric']])}" for o in offs[1:])
+            text = f"{src} overstates real {METRIC_LABELS[first['metric']]} {_fmt_ci(g[first['metric']])}"
+            if others:
+                text += f", {others}"
+            if not all(o["confident"] for o in offs):
+                text += " (an interval reaches below the limit)"
+            top = v["attribution"][src]["top_stage"]
+            if top:
+                text += f"; most of its gap is {top}"
+            parts.append(text)
+        line = f"MISLEADING (limit {limit:.2f}x): " + "; ".join(parts)
     else:
-        mocks = [s for s in v["gaps"] if s != "synthetic"]
-        line = (f"OK: {', '.join(mocks)} within {v['threshold']:.0%} of real" if mocks
+        judged = [s for s in v["gaps"] if s != PROXY]
+        line = (f"OK: {', '.join(judged)} within {v['threshold']:.0%} of real" if judged
                 else "OK: no mock source measured")
     sp = v.get("synthetic_proxy")
     if sp and sp["max_deviation"] is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import time
 
 from rich import box
@@ -12,14 +13,26 @@ from ..console import EXIT_MISLEADING, EXIT_OK, UserError, err, out, print_json,
 
 EXIT_HELP = """exit codes:
   0  OK: every mock source is within --threshold of real (or no verdict was asked for)
-  3  MISLEADING: a mock source overstates real throughput (TFLOP/s, samples/s or useful tokens/s)
+  3  MISLEADING: a mock source overstates real throughput (samples/s, TFLOP/s or non-pad tokens/s)
      by more than --threshold; use it to gate a CI job or a benchmark report
   2  usage or input error (bad option, missing shards/log, unknown source)
 Under torchrun rank 0 exits with the code (the other ranks with 0) and torchrun reports any non-zero
 worker code as its own failure (exit 1), so read the verdict from report.json or --json there."""
 
-CPU_DEFAULTS = {"preset": "tiny", "steps": 6, "warmup": 1, "seq_length": 2048, "micro_batch_size": 2}
-GPU_DEFAULTS = {"preset": "h200", "steps": 30, "warmup": 5, "seq_length": 4096, "micro_batch_size": 2}
+CPU_DEFAULTS = {"preset": "tiny", "warmup": 0, "seq_length": 2048, "micro_batch_size": 2, "min_steps": None,
+                "max_steps": 60, "block": 3, "budget_s": 120.0}
+GPU_DEFAULTS = {"preset": "h200", "warmup": 0, "seq_length": 4096, "micro_batch_size": 2, "min_steps": None,
+                "max_steps": 180, "block": 5, "budget_s": 150.0}
+# library parameter names in error messages -> this command's flags
+PARAM_FLAGS = {"seq_length": "--seq-length", "micro_batch_size": "--micro-batch-size", "num_workers": "--num-workers",
+               "min_steps": "--min-steps", "max_steps": "--max-steps", "budget_s": "--budget-s", "block": "--block",
+               "precision": "--precision", "warmup": "--warmup", "sources": "--sources", "step": "--step",
+               "profile": "--profile"}
+
+
+def flags_for(message: str) -> str:
+    """A library message with its parameter names replaced by this command's flags."""
+    return re.sub(r"\b(" + "|".join(PARAM_FLAGS) + r")\b", lambda m: PARAM_FLAGS[m.group(1)], message)
 
 
 def _fraction(text: str) -> float:
@@ -52,36 +65,63 @@ def _non_negative(text: str) -> int:
     return v
 
 
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
+    return v
+
+
 def add_parser(sub):
-    from ..audit.runner import SOURCES
+    from ..audit.inputs import ALL_SOURCES, SOURCES
 
     p = sub.add_parser("audit", help="measure the mock-vs-real training throughput gap; exit 3 if misleading",
                        description=(
         "Run one training workload (the built-in Qwen3-VL-MoE reference model with random weights, or --step)\n"
-        "on image-free and Bridge-noise mocks, distribution-matched synthetic data (profiled from the real\n"
-        "shards unless --profile is given) and the real shards, all through the same loader; explain the gap\n"
-        "stage by stage and say whether the mock figure may be reported. With no arguments: the embedded\n"
-        "sample_shards/ on CPU with the tiny preset (a few minutes at most on 2 cores).\n"
-        "GPU: --device cuda (defaults preset h200, 30 steps, 5 warm-up, seq 4096, micro-batch 2);\n"
+        "on mock, synthetic and real inputs through the same loader, explain the gap stage by stage and say\n"
+        "whether the mock figure may be reported. Sources (--sources): real; synthetic = each real sample's\n"
+        "synthetic twin (same sizes, bytes and token counts; paired with real step by step); imagefree = the real\n"
+        "samples' own conversations without their images (paired); imagefree-fixed = fixed 16+256-token text;\n"
+        "bridge-noise = Megatron Bridge's mock (one 256x256 noise image). Every shape is warmed before timing;\n"
+        "sources are measured interleaved in rotating rounds until the intervals decide the verdict\n"
+        "(or --max-steps / --budget-s). With no arguments: the embedded sample data on CPU, tiny preset.\n"
+        "GPU: --device cuda (preset h200, seq 4096, micro-batch 2, loader workers by CPU count);\n"
         "several GPUs: torchrun --nproc-per-node N -m vlmdata audit --device cuda ...\n"
         "`vlmdata audit compare --mock LOG --real LOG` gives the same verdict from two Megatron-LM /\n"
         "Megatron Bridge training logs."), epilog=EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--real", help="real shard folder (default: the embedded sample_shards/)")
-    p.add_argument("--profile", help="profile.json for the synthetic source (default: profile --real now)")
-    p.add_argument("--synthetic-in-process", action="store_true",
-                   help="generate synthetic samples inside the loader (default: write the profile's twin as shards "
-                        "first and read them like the real ones, so host costs match)")
+    p.add_argument("--real", help="real dataset: a vlmdata shard folder, a glob or a .tar (default: the embedded "
+                                  "sample data)")
+    p.add_argument("--profile", help="sample the synthetic source from this profile.json (not paired) instead of "
+                                     "twinning the real samples")
     p.add_argument("--sources", default=",".join(SOURCES),
-                   help=f"comma-separated sources to measure (default {','.join(SOURCES)}); the verdict needs real")
+                   help=f"comma-separated sources (default {','.join(SOURCES)}; also: "
+                        f"{', '.join(s for s in ALL_SOURCES if s not in SOURCES)}); real is required")
     p.add_argument("--preset", choices=("tiny", "small", "h200", "h200-large"),
                    help="reference model size (default tiny on CPU, h200 on CUDA)")
-    p.add_argument("--steps", type=_positive, help="measured steps per source (default 6 CPU / 30 CUDA)")
-    p.add_argument("--warmup", type=_non_negative, help="warm-up steps per source, excluded (default 1 / 5)")
+    p.add_argument("--steps", type=_positive,
+                   help="measure exactly this many steps per source (sets --min-steps and --max-steps)")
+    p.add_argument("--min-steps", type=_positive, help="steps per source before stopping may be considered "
+                                                       "(default: one epoch of the real data, at most --max-steps)")
+    p.add_argument("--max-steps", type=_positive, help="steps per source at most (default 60 CPU / 180 CUDA)")
+    p.add_argument("--budget-s", type=_seconds, help="stop measuring after this many seconds once --min-steps are "
+                                                     "done, at a round's end (default 120 CPU / 150 CUDA)")
+    p.add_argument("--block", type=_positive, help="consecutive steps of one source per round (default 3 / 5)")
+    p.add_argument("--precision", type=_fraction, default=0.05,
+                   help="stop when every gap's 95%% interval is within this fraction of its ratio and decides the "
+                        "verdict (default 0.05)")
+    p.add_argument("--warmup", type=_non_negative,
+                   help="extra untimed training steps per source after its loader starts (default 0: every shape "
+                        "is warmed anyway, and the measured steps then start at the epoch's start)")
     p.add_argument("--seq-length", type=_positive, help="loader seq_length (default 2048 CPU / 4096 CUDA)")
     p.add_argument("--micro-batch-size", type=_positive, help="samples per step and rank (default 2)")
     p.add_argument("--pad-to-max-length", action="store_true",
                    help="pad every batch to --seq-length (Bridge's MoE/EP>1 Qwen3-VL step does this)")
-    p.add_argument("--num-workers", type=_non_negative, default=0, help="loader DataLoader workers (default 0)")
+    p.add_argument("--num-workers", type=_non_negative,
+                   help="loader DataLoader workers per source and rank (default 0 on CPU; on CUDA the rank's CPUs "
+                        "minus 2, split over the sources, 1-4)")
     p.add_argument("--loader-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="extra make_loader keyword (int/float/bool/str), repeatable")
     p.add_argument("--threshold", type=_fraction, default=0.10,
@@ -91,9 +131,9 @@ def add_parser(sub):
                    help="lm_head over all tokens (Bridge; default on CUDA) or loss tokens only (default on CPU)")
     p.add_argument("--step", metavar="MODULE:FUNCTION",
                    help="user workload: a callable taking a batch and running one training step")
-    p.add_argument("--seed", type=int, default=0, help="seed of the model, loaders and bootstrap (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model, loaders, synthetic data and bootstrap")
     p.add_argument("--threads", type=_positive, help="torch CPU threads (default: torch's)")
-    p.add_argument("-o", "--out", help="write report.json, report.md and report.html into this folder")
+    p.add_argument("-o", "--out", help="write report.json, report.md and report.html (and the synthetic twin) here")
     p.add_argument("--json", action="store_true", help="print the report (without per-step records) as JSON")
     cs = p.add_subparsers(dest="audit_command", metavar="{compare}")
     c = cs.add_parser("compare", help="verdict from two Megatron-LM / Bridge training logs", epilog=EXIT_HELP,
@@ -113,8 +153,8 @@ def add_parser(sub):
     return p
 
 
-def _loader_kwargs(args) -> dict:
-    kw = {"num_epochs": None, "num_workers": args.num_workers}  # repeat the source as long as the audit needs
+def _loader_options(args) -> dict:
+    kw = {}
     if args.pad_to_max_length:
         kw["pad_to_max_length"] = True
     for item in args.loader_arg:
@@ -135,22 +175,31 @@ def _loader_kwargs(args) -> dict:
 
 
 def config_from(args):
-    from ..audit.runner import AuditConfig, SAMPLE_SHARDS
-
+    """The ``AuditConfig`` of the command line (device-dependent defaults filled in)."""
     import torch
+
+    from ..audit.runner import AuditConfig
 
     cuda = torch.device(args.device).type == "cuda"
     if cuda and not torch.cuda.is_available():
         raise UserError("--device cuda but no CUDA device is available")
     d = GPU_DEFAULTS if cuda else CPU_DEFAULTS
-    pick = lambda name: d[name] if getattr(args, name) is None else getattr(args, name)  # noqa: E731
+    pick = lambda name: d[name] if getattr(args, name, None) is None else getattr(args, name)  # noqa: E731
+    min_steps, max_steps = pick("min_steps"), pick("max_steps")
+    if args.steps is not None:
+        min_steps = max_steps = args.steps
+    elif min_steps is not None and args.max_steps is None:
+        max_steps = max(max_steps, min_steps)
     sources = tuple(s.strip() for s in args.sources.split(",") if s.strip())
-    if "real" not in sources or len(sources) < 2:
-        raise UserError("--sources must include real and at least one other source (the verdict compares to real)")
-    return AuditConfig(real=args.real or SAMPLE_SHARDS, profile=args.profile, sources=sources, preset=pick("preset"),
-                       device=args.device, steps=pick("steps"), warmup=pick("warmup"), seq_length=pick("seq_length"),
-                       micro_batch_size=pick("micro_batch_size"), seed=args.seed, logits=args.logits, step=args.step,
-                       loader_kwargs=_loader_kwargs(args), synthetic_in_process=args.synthetic_in_process)
+    block = pick("block")
+    if args.steps is not None and args.block is None:
+        block = min(block, args.steps)
+    return AuditConfig(real=args.real, profile=args.profile, sources=sources, preset=pick("preset"),
+                       device=args.device, seed=args.seed, logits=args.logits, step=args.step,
+                       seq_length=pick("seq_length"), micro_batch_size=pick("micro_batch_size"),
+                       num_workers=args.num_workers, loader_options=_loader_options(args), warmup=pick("warmup"),
+                       min_steps=min_steps, max_steps=max_steps, block=block, budget_s=pick("budget_s"),
+                       precision=args.precision, threshold=args.threshold)
 
 
 def run(args) -> int:
@@ -159,8 +208,9 @@ def run(args) -> int:
     import torch
 
     from ..audit.distributed import gather, init_distributed, shutdown
+    from ..audit.inputs import AuditError
     from ..audit.report import build_report
-    from ..audit.runner import AuditError, run_audit
+    from ..audit.runner import run_audit
 
     cfg = config_from(args)
     if args.threads:
@@ -168,13 +218,13 @@ def run(args) -> int:
     t0 = time.perf_counter()
     info = init_distributed(cfg.device)
     main = info is None or info.is_main
-    quiet = args.quiet or args.json or not main
+    show_progress = main and not (args.quiet or args.json)
     try:
-        bar = lambda total: progress("audit: " + ", ".join(cfg.sources), total, quiet=quiet)  # noqa: E731
+        bar = lambda total: progress("audit: " + ", ".join(cfg.sources), total, quiet=not show_progress)  # noqa: E731
         try:
             result = run_audit(cfg, out_dir=args.out, dist=info, progress=bar)
-        except (AuditError, ValueError) as e:
-            raise UserError(str(e)) from None
+        except AuditError as e:
+            raise UserError(flags_for(str(e))) from None
         report = build_report(gather(result, info), threshold=args.threshold, seed=cfg.seed)
         report["wall_s"] = time.perf_counter() - t0
         if main:
@@ -212,9 +262,8 @@ def _emit(report: dict, args) -> None:
         print_json({**report, "sources": {k: {kk: vv for kk, vv in v.items() if kk != "records"}
                                           for k, v in report["sources"].items()}})
         return
-    if getattr(args, "quiet", False):
-        return
-    out.print(_table(report))
+    if not getattr(args, "quiet", False):
+        out.print(_table(report))
     v = report["verdict"]
     if v:
         colour = "bold red" if v["status"] == "MISLEADING" else "bold green"
@@ -236,11 +285,12 @@ def _table(report: dict) -> Table:
     cfg = report.get("config", {})
     title = ("vlmdata audit compare" if report.get("kind") == "logs" else
              f"vlmdata audit: {report['workload']['name']} on {cfg.get('device')}, "
-             f"{cfg.get('steps')} steps x {cfg.get('micro_batch_size')} samples"
+             f"micro-batch {cfg.get('micro_batch_size')}, seq {cfg.get('seq_length')}"
              + (f" x {report['world_size']} ranks" if report.get("world_size", 1) > 1 else ""))
     t = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False,
-              caption="vs real: samples/s ratio; wait: data-wait share of step time; pad: padding share of tokens")
-    cols = ("source", "step ms", "samples/s", "useful/s", "TFLOP/s", "vs real", "wait", "pad")
+              caption="vs real: samples/s ratio; wait: data-wait share of step time; pad: padding share of tokens; "
+                      "non-pad tok: text + visual tokens")
+    cols = ("source", "steps", "step ms", "samples/s", "non-pad tok/s", "TFLOP/s", "vs real", "wait", "pad")
     for c in cols:
         t.add_column(c, justify="left" if c == "source" else "right", no_wrap=True)
     f = lambda x, fmt="{:.3g}": "-" if x is None else fmt.format(x)  # noqa: E731
@@ -248,7 +298,7 @@ def _table(report: dict) -> Table:
         s = src["summary"]
         g = gaps.get(name, {}).get("samples_per_s")
         rel = "1" if name == "real" else ("-" if not g else f"{g['ratio']:.2f}x")
-        t.add_row(name, f"{s['step_ms']['median']:.0f}", f(s["rates"]["samples_per_s"]),
-                  f(s["rates"]["useful_tokens_per_s"]), f(s["rates"]["tflops"]), rel,
+        t.add_row(name, str(s["steps"]), f"{s['step_ms']['median']:.0f}", f(s["rates"]["samples_per_s"]),
+                  f(s["rates"].get("nonpad_tokens_per_s")), f(s["rates"]["tflops"]), rel,
                   f(s.get("data_wait_fraction"), "{:.1%}"), f(s["shape"].get("padding_fraction"), "{:.0%}"))
     return t

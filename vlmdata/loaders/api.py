@@ -25,9 +25,10 @@ from .collate import Collator, Processed
 from .pipeline import (BadSampleError, Consumed, Plan, SampleRef, ShardReader, Stats, parse_raw, record_skip,
                        scan_shard)
 from .tokenize import ChatTokenizer
-from .vision import preprocess_any
+from .vision import preprocess_any, preprocess_shape
 
 MOCK_NAMES = ("imagefree", "bridge-noise")
+IMAGE_MODES = ("decode", "shapes", "drop")  # SampleProcessor / make_loader ``images``
 
 
 # ----------------------------------------------------------------------------- sources
@@ -81,10 +82,11 @@ def open_source(source, seed: int):
     if isinstance(source, (list, tuple)):
         return "shards", [os.fspath(p) for p in source]
     source = os.fspath(source)
-    if source in MOCK_NAMES:
+    if source in MOCK_NAMES or source == "imagefree-fixed":
         from ..synthetic.source import MockSource
 
-        return "source", MockSource(source, seed)
+        # "imagefree-fixed": the fixed-length text-only mock (16-token prompt, 256-token answer)
+        return "source", MockSource("imagefree" if source == "imagefree-fixed" else source, seed)
     if source.endswith(".json") and os.path.isfile(source):
         from ..synthetic.source import SyntheticSource
 
@@ -94,27 +96,53 @@ def open_source(source, seed: int):
 
 # ----------------------------------------------------------------------------- per-sample processing
 
+def without_images(conversation: list[dict]) -> list[dict]:
+    """The conversation with its image parts removed (a turn left empty keeps one empty text part)."""
+    out = []
+    for turn in conversation:
+        content = turn.get("content") if isinstance(turn, dict) else None
+        if isinstance(content, list):
+            parts = [p for p in content if not (isinstance(p, dict) and p.get("type") == "image")]
+            turn = {**turn, "content": parts or [{"type": "text", "text": ""}]}
+        out.append(turn)
+    return out
+
+
 class SampleProcessor:
-    """Sample -> Processed (pixel rows, grids, token ids, labels, loss mask). Picklable."""
+    """Sample -> Processed (pixel rows, grids, token ids, labels, loss mask). Picklable.
+
+    ``images``: "decode" (the real path), "shapes" (no decode: grids from the image headers, zero pixel
+    rows; the batches' shapes and token ids equal the decoded ones) or "drop" (the image-free view: image
+    parts removed from the conversation, no pixels)."""
 
     def __init__(self, chat: ChatTokenizer, model: str, min_pixels: int, max_pixels: int, resize: str = "bridge",
-                 exact_images: bool = False):
+                 exact_images: bool = False, images: str = "decode"):
+        if images not in IMAGE_MODES:
+            raise ValueError(f"images must be one of {IMAGE_MODES}, got {images!r}")
         self.chat, self.spec = chat, get_spec(model)
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
-        self.resize, self.exact_images = resize, exact_images
+        self.resize, self.exact_images, self.images = resize, exact_images, images
 
     def __call__(self, sample: Sample) -> Processed:
         pvs, grids = [], []
-        for i, img in enumerate(sample.images):
-            try:
-                pv, g = preprocess_any(img, self.spec, self.min_pixels, self.max_pixels, self.resize, self.exact_images)
-            except Exception as e:  # PIL raises OSError, SyntaxError, ValueError... for bad bytes
-                raise BadSampleError(f"image {i} undecodable: {type(e).__name__}: {e}", key=sample.key,
-                                     reason="undecodable_image") from e
-            pvs.append(pv)
-            grids.append(g)
+        conversation = sample.conversation
+        if self.images == "drop":
+            conversation = without_images(conversation)
+        else:
+            for i, img in enumerate(sample.images):
+                try:
+                    if self.images == "shapes":
+                        pv, g = preprocess_shape(img, self.spec, self.min_pixels, self.max_pixels, self.resize)
+                    else:
+                        pv, g = preprocess_any(img, self.spec, self.min_pixels, self.max_pixels, self.resize,
+                                               self.exact_images)
+                except Exception as e:  # PIL raises OSError, SyntaxError, ValueError... for bad bytes
+                    raise BadSampleError(f"image {i} undecodable: {type(e).__name__}: {e}", key=sample.key,
+                                         reason="undecodable_image") from e
+                pvs.append(pv)
+                grids.append(g)
         try:
-            row = self.chat.tokenize(sample.conversation, [self.chat.image_tokens(g) for g in grids])
+            row = self.chat.tokenize(conversation, [self.chat.image_tokens(g) for g in grids])
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise BadSampleError(f"conversation unusable: {e}", key=sample.key, reason="bad_conversation") from e
         return Processed(sample.key, row, pvs, grids)
@@ -126,14 +154,17 @@ class SampleProcessor:
 class _Meta:
     worker: int
     epoch: int
-    position: int  # references of this worker's stream consumed after this batch
+    position: int  # references of this worker's share of ``epoch`` consumed after this batch
     samples: int
     skipped: list
     keys: list
+    lengths: list  # token length of each sample before any truncation to seq_length
 
 
 class _Stream(torch.utils.data.IterableDataset):
-    """Yields (meta, batch) for one epoch of this rank; splits by DataLoader worker itself."""
+    """Yields (meta, batch) for epochs ``start_epoch .. end_epoch - 1`` (None: forever) of this rank; splits
+    by DataLoader worker itself. One iterator spans all epochs, so DataLoader workers are started once per
+    ``VlmLoader`` iteration and never at an epoch boundary."""
 
     def __init__(self, kind, payload, plan: Plan, processor: SampleProcessor, collator: Collator, *, rank: int,
                  world: int, num_workers: int, micro_batch_size: int, on_error: str, drop_last: bool = False):
@@ -141,8 +172,8 @@ class _Stream(torch.utils.data.IterableDataset):
         self.processor, self.collator = processor, collator
         self.rank, self.world, self.num_workers = rank, world, max(1, num_workers)
         self.mbs, self.on_error, self.drop_last = micro_batch_size, on_error, drop_last
-        self.epoch = 0
-        self.done = Consumed()  # positions of this rank's sequence consumed before this epoch segment began
+        self.start_epoch, self.end_epoch = 0, 1
+        self.bases: dict[int, Consumed] = {}  # epoch -> positions consumed before this iteration began
 
     def _load(self, reader, item) -> Sample:
         if self.kind == "source":
@@ -151,8 +182,13 @@ class _Stream(torch.utils.data.IterableDataset):
         shard = self.payload[ref.shard]
         if ref.error is not None:
             raise BadSampleError(ref.error[1], shard=shard, key=ref.key, reason=ref.error[0])
+        drop = self.processor.images == "drop"
         try:
-            files = reader.read(ref)
+            if drop:  # the image-free view reads the JSON member only (no image I/O)
+                files = reader.read(SampleRef(ref.shard, ref.key, {k: v for k, v in ref.members.items() if k == "json"}))
+                files.update((k, b"") for k in ref.members if k != "json")  # present, never read
+            else:
+                files = reader.read(ref)
         except OSError as e:
             raise BadSampleError(f"read failed: {e}", shard=shard, key=ref.key, reason="read_error") from e
         try:
@@ -161,33 +197,41 @@ class _Stream(torch.utils.data.IterableDataset):
             e.shard = shard
             raise
 
-    def iter_worker(self, worker: int) -> Iterator[tuple[_Meta, dict]]:
-        items = self.plan.stream(self.epoch, self.rank, self.world, worker, self.num_workers, self.done)
-        reader = ShardReader(self.payload) if self.kind == "shards" else None
+    def _epoch(self, reader, worker: int, epoch: int) -> Iterator[tuple[_Meta, dict | None]]:
+        items = self.plan.stream(epoch, self.rank, self.world, worker, self.num_workers, self.bases.get(epoch))
         pending: list[Processed] = []
         skipped: list[dict] = []
         pos = 0
+        for item in items:
+            pos += 1
+            try:
+                sample = self._load(reader, item)
+                pending.append(self.processor(sample))
+            except BadSampleError as e:
+                shard = e.shard or (self.payload[item.shard] if self.kind == "shards" else f"source[{item}]")
+                key = e.key or getattr(item, "key", str(item))
+                if self.on_error == "raise":
+                    raise BadSampleError(f"shard {shard} key {key}: {e}", shard, key, e.reason) from e
+                skipped.append(record_skip(shard, key, e.reason, str(e)))
+            if len(pending) == self.mbs:
+                yield self._meta(worker, epoch, pos, pending, skipped), self.collator(pending)
+                pending, skipped = [], []
+        if pending and not self.drop_last:
+            yield self._meta(worker, epoch, pos, pending, skipped), self.collator(pending)
+        elif skipped or pending:  # tail with no batch: still report the skips and the position
+            yield _Meta(worker, epoch, pos, 0, skipped, [], []), None
+
+    @staticmethod
+    def _meta(worker: int, epoch: int, pos: int, pending: list[Processed], skipped: list) -> _Meta:
+        return _Meta(worker, epoch, pos, len(pending), skipped, [p.key for p in pending], [len(p.row) for p in pending])
+
+    def iter_worker(self, worker: int) -> Iterator[tuple[_Meta, dict | None]]:
+        reader = ShardReader(self.payload) if self.kind == "shards" else None
         try:
-            for item in items:
-                pos += 1
-                try:
-                    sample = self._load(reader, item)
-                    pending.append(self.processor(sample))
-                except BadSampleError as e:
-                    shard = e.shard or (self.payload[item.shard] if self.kind == "shards" else f"source[{item}]")
-                    key = e.key or getattr(item, "key", str(item))
-                    if self.on_error == "raise":
-                        raise BadSampleError(f"shard {shard} key {key}: {e}", shard, key, e.reason) from e
-                    skipped.append(record_skip(shard, key, e.reason, str(e)))
-                if len(pending) == self.mbs:
-                    yield _Meta(worker, self.epoch, pos, len(pending), skipped, [p.key for p in pending]), \
-                        self.collator(pending)
-                    pending, skipped = [], []
-            if pending and not self.drop_last:
-                yield _Meta(worker, self.epoch, pos, len(pending), skipped, [p.key for p in pending]), \
-                    self.collator(pending)
-            elif skipped or pending:  # tail with no batch: still report the skips and the position
-                yield _Meta(worker, self.epoch, pos, 0, skipped, []), None
+            epoch = self.start_epoch
+            while self.end_epoch is None or epoch < self.end_epoch:
+                yield from self._epoch(reader, worker, epoch)
+                epoch += 1
         finally:
             if reader:
                 reader.close()
@@ -197,12 +241,37 @@ class _Stream(torch.utils.data.IterableDataset):
         return self.iter_worker(info.id if info is not None else 0)
 
 
+def _round_robin(iterators: list[Iterator]) -> Iterator:
+    """Items of ``iterators`` in turn, skipping exhausted ones: the order a DataLoader delivers its
+    workers' batches in (in-order mode), so an inline run yields exactly the batches a worker run does."""
+    live = list(iterators)
+    while live:
+        for it in list(live):
+            try:
+                yield next(it)
+            except StopIteration:
+                live.remove(it)
+
+
+class EmptyEpochError(ValueError):
+    """An epoch of a loader produced no batch (no samples for this rank, or every sample skipped)."""
+
+
+@dataclass
+class _Progress:
+    base: Consumed  # positions consumed before the current iteration
+    counts: list[int]  # positions consumed by each worker since
+
+
 class VlmLoader:
     """Iterable of Bridge-ready batches with exact resume and bad-sample accounting.
 
-    Iterating runs ``num_epochs`` epochs (None: forever), continuing from the current state.
+    Iterating runs ``num_epochs`` epochs (None: forever), continuing from the current state; with
+    ``num_workers`` > 0 the DataLoader workers are started once per iteration and stay alive across
+    epochs. ``iter_inline()`` yields the same batches in the same order in this process (no workers).
     ``state_dict()`` after any batch and ``load_state_dict()`` on a loader built with the same arguments,
-    except possibly ``num_workers``, resume with exactly the samples of the epoch not yielded yet."""
+    except possibly ``num_workers``, resume with exactly the samples not yielded yet. An epoch that yields
+    no batch at all raises ``EmptyEpochError`` (an endless loader would otherwise spin forever)."""
 
     def __init__(self, stream: _Stream, num_workers: int, num_epochs: int | None, prefetch_factor: int = 2,
                  pin_memory: bool = False):
@@ -210,23 +279,34 @@ class VlmLoader:
         self.num_workers = num_workers
         self.num_epochs = num_epochs
         self.prefetch_factor, self.pin_memory = prefetch_factor, pin_memory
-        self.epoch = 0
-        self.done = Consumed()  # consumed positions of this rank's sequence when the current segment started
-        self.consumed = [0] * max(1, num_workers)  # positions consumed per worker since then
+        self.epoch = 0  # the oldest epoch not completely consumed
+        self._progress: dict[int, _Progress] = {}  # epochs with consumed positions
         self.stats = Stats()
         self.collate_fn = stream.collator
         self.last_keys: list[str] = []  # sample keys of the batch just yielded (provenance; not in the batch)
+        self.last_epoch: int | None = None  # epoch of the batch just yielded
+        self.last_lengths: list[int] = []  # token lengths of its samples before truncation to seq_length
+        self._batches_in: dict[int, int] = {}
 
     # -- state
     def _rank_size(self) -> int:
         return self.stream.plan.rank_size(self.stream.rank, self.stream.world)
 
+    def _workers(self) -> int:
+        return max(1, self.num_workers)
+
+    def _consumed(self, epoch: int) -> Consumed:
+        p = self._progress.get(epoch)
+        return Consumed() if p is None else p.base.plus(self._rank_size(), self._workers(), p.counts, epoch)
+
     def state_dict(self) -> dict:
         """``consumed``: positions of this rank's epoch sequence already yielded (or skipped), as a prefix
-        length plus the few beyond it; independent of the number of workers."""
-        done = self.done.plus(self._rank_size(), max(1, self.num_workers), self.consumed)
-        return {"epoch": self.epoch, "consumed": done.to_json(), "rank_samples": self._rank_size(),
-                "rank": self.stream.rank, "world": self.stream.world, "seed": self.stream.plan.seed}
+        length plus the few beyond it; ``ahead``: the same for later epochs already begun (workers run
+        ahead across an epoch boundary). Independent of the number of workers."""
+        ahead = {str(e): self._consumed(e).to_json() for e in sorted(self._progress) if e > self.epoch}
+        return {"epoch": self.epoch, "consumed": self._consumed(self.epoch).to_json(), "ahead": ahead,
+                "rank_samples": self._rank_size(), "rank": self.stream.rank, "world": self.stream.world,
+                "seed": self.stream.plan.seed}
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from ``state_dict()`` of a loader with the same source, seed, rank and world; the number
@@ -238,46 +318,65 @@ class VlmLoader:
             if state.get(k) != mine:
                 raise ValueError(f"state was saved with {k}={state.get(k)}, this loader has {k}={mine}")
         self.epoch = int(state["epoch"])
-        self.done = Consumed.from_json(state["consumed"])
-        self.consumed = [0] * max(1, self.num_workers)
+        self._progress = {self.epoch: _Progress(Consumed.from_json(state["consumed"]), [0] * self._workers())}
+        for e, c in (state.get("ahead") or {}).items():
+            self._progress[int(e)] = _Progress(Consumed.from_json(c), [0] * self._workers())
+
+    def _rebase(self) -> None:
+        """Fold per-worker counts into the bases (before a new iteration, whose workers restart)."""
+        self._progress = {e: _Progress(self._consumed(e), [0] * self._workers()) for e in self._progress}
+
+    def _advance(self, meta: _Meta) -> None:
+        p = self._progress.setdefault(meta.epoch, _Progress(Consumed(), [0] * self._workers()))
+        p.counts[meta.worker] = meta.position
+        n = self._rank_size()
+        while n > 0 and self._consumed(self.epoch).prefix >= n:
+            if self._batches_in.pop(self.epoch, 0) == 0 and self.num_epochs is None:
+                raise EmptyEpochError(self._empty_message(self.epoch))
+            self._progress.pop(self.epoch, None)
+            self.epoch += 1
+
+    def _empty_message(self, epoch: int) -> str:
+        skipped = self.stats.skipped_by_reason()
+        return (f"epoch {epoch} of rank {self.stream.rank} produced no batch: {self._rank_size()} samples in its plan, "
+                f"{self.stats.skipped} skipped so far" + (f" ({skipped})" if skipped else ""))
 
     # -- iteration
-    def _epoch_iter(self, epoch: int, done: Consumed):
-        self.stream.epoch = epoch
-        self.stream.done = done
-        if self.num_workers > 0:
+    def _metas(self, inline: bool) -> Iterator[tuple[_Meta, dict | None]]:
+        if self._rank_size() == 0 and self.num_epochs is None:
+            raise EmptyEpochError(self._empty_message(self.epoch))
+        self._rebase()
+        self.stream.start_epoch = self.epoch
+        self.stream.end_epoch = None if self.num_epochs is None else self.epoch + self.num_epochs
+        self.stream.bases = {e: p.base for e, p in self._progress.items()}
+        if self.num_workers > 0 and not inline:
             dl = torch.utils.data.DataLoader(self.stream, batch_size=None, num_workers=self.num_workers,
                                              prefetch_factor=self.prefetch_factor, pin_memory=self.pin_memory,
-                                             persistent_workers=False, multiprocessing_context="fork"
-                                             if hasattr(os, "fork") else None)
+                                             multiprocessing_context="fork" if hasattr(os, "fork") else None)
             return iter(dl)
-        return self.stream.iter_worker(0)
+        return _round_robin([self.stream.iter_worker(w) for w in range(self._workers())])
+
+    def _iterate(self, inline: bool) -> Iterator[dict]:
+        for meta, batch in self._metas(inline):
+            self.stats.skipped_samples.extend(meta.skipped)
+            if batch is not None:
+                self._batches_in[meta.epoch] = self._batches_in.get(meta.epoch, 0) + 1
+            self._advance(meta)
+            if batch is None:
+                continue
+            self.last_keys, self.last_epoch, self.last_lengths = meta.keys, meta.epoch, meta.lengths
+            self.stats.samples += meta.samples
+            self.stats.batches += 1
+            yield batch
+        # a finite run ends with every epoch consumed
+        self._progress.clear()
 
     def __iter__(self) -> Iterator[dict]:
-        done, upcoming = 0, None
-        while self.num_epochs is None or done < self.num_epochs:
-            if upcoming is None and any(self.consumed):  # resuming after a stop mid-epoch
-                self.done = self.done.plus(self._rank_size(), max(1, self.num_workers), self.consumed)
-                self.consumed = [0] * len(self.consumed)
-            it = upcoming if upcoming is not None else self._epoch_iter(self.epoch, self.done)
-            upcoming = None
-            if self.num_workers > 0 and (self.num_epochs is None or done + 1 < self.num_epochs):
-                # start the next epoch's workers now (forked with that epoch's plan), so they are
-                # warm and prefetching when this epoch ends: no cold start at the epoch boundary
-                upcoming = self._epoch_iter(self.epoch + 1, Consumed())
-            for meta, batch in it:
-                self.consumed[meta.worker] = meta.position
-                self.stats.skipped_samples.extend(meta.skipped)
-                if batch is None:
-                    continue
-                self.last_keys = meta.keys
-                self.stats.samples += meta.samples
-                self.stats.batches += 1
-                yield batch
-            self.epoch += 1
-            self.done = Consumed()
-            self.consumed = [0] * len(self.consumed)
-            done += 1
+        return self._iterate(inline=False)
+
+    def iter_inline(self) -> Iterator[dict]:
+        """The batches ``iter(self)`` yields, in the same order, built in this process (no workers)."""
+        return self._iterate(inline=True)
 
     def epoch_samples(self) -> int:
         """References this rank's plan holds per epoch (good and bad)."""
@@ -298,7 +397,7 @@ def make_loader(source: Any, model: str = "qwen3-vl", tokenizer=None, seq_length
                 on_error: str = "skip", num_epochs: int | None = 1, epoch_samples: int = 10_000,
                 resize: str = "bridge", exact_images: bool = False, chat_template: str | None = None,
                 bridge_visual_inputs: bool = False, drop_last: bool = False, pin_memory: bool = False,
-                prefetch_factor: int = 2) -> VlmLoader:
+                prefetch_factor: int = 2, images: str = "decode") -> VlmLoader:
     """A loader of Megatron Bridge Qwen-VL batches.
 
     source: a shard dir / glob / .tar list, a synthetic profile .json, "imagefree" / "bridge-noise", or
@@ -313,6 +412,9 @@ def make_loader(source: Any, model: str = "qwen3-vl", tokenizer=None, seq_length
     resize: "bridge" (qwen-vl-utils pre-resize + HF, Bridge's collate) or "hf"; exact_images: bit-exact
         Pillow path instead of the fast one (see vlmdata.loaders.vision).
     on_error: "skip" (count + log with shard and key; ``loader.stats``) or "raise".
+    images: "decode" (default), "shapes" (no decode: exact shapes and token ids, zero pixels; for planning
+        and warm-up: a row longer than seq_length is truncated without raising, ``loader.last_lengths`` gives
+        the untruncated lengths) or "drop" (the image-free view of the source: image parts removed, no image I/O).
     """
     if on_error not in ("skip", "raise"):
         raise ValueError(f"on_error must be 'skip' or 'raise', got {on_error!r}")
@@ -332,8 +434,9 @@ def make_loader(source: Any, model: str = "qwen3-vl", tokenizer=None, seq_length
     spec = get_spec(model)
     collator = Collator(pad_token_id=chat.pad_token_id, patch_dim=spec.patch_dim, seq_length=seq_length,
                         pad_to_max_length=pad_to_max_length, pad_to_multiple_of=pad_to_multiple_of, packing=packing,
-                        packing_pad_to_multiple_of=packing_pad_to_multiple_of, bridge_visual_inputs=bridge_visual_inputs)
-    processor = SampleProcessor(chat, model, min_pixels, max_pixels, resize, exact_images)
+                        packing_pad_to_multiple_of=packing_pad_to_multiple_of, bridge_visual_inputs=bridge_visual_inputs,
+                        strict=images != "shapes")  # planning batches never raise; ``last_lengths`` tells
+    processor = SampleProcessor(chat, model, min_pixels, max_pixels, resize, exact_images, images)
     stream = _Stream(kind, payload, plan, processor, collator, rank=rank, world=world_size, num_workers=num_workers,
                      micro_batch_size=micro_batch_size, on_error=on_error, drop_last=drop_last)
     return VlmLoader(stream, num_workers, num_epochs, prefetch_factor, pin_memory)

@@ -40,6 +40,11 @@ class VisualInputs:
     def as_model_kwargs(self) -> dict[str, torch.Tensor]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
+    def pin_memory(self) -> "VisualInputs":
+        """A copy with every tensor in pinned memory (DataLoader's ``pin_memory=True`` calls this)."""
+        return VisualInputs(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).pin_memory()
+                               for f in fields(self)})
+
     def normalized_for_model(self) -> dict[str, torch.Tensor]:
         return self.as_model_kwargs()  # vlmdata's tensors are already flat ([N, D] and [n, 3])
 
@@ -58,13 +63,17 @@ def _ceil(v: int, m: int) -> int:
 def visual_inputs_of(pixel_values: list[np.ndarray], grids: list[tuple[int, int, int]], patch_dim: int) -> VisualInputs:
     if not grids:
         return VisualInputs()
+    if all(a.strides == (0, 0) for a in pixel_values):  # shapes-only rows: keep the batch free of pixel memory
+        rows = sum(a.shape[0] for a in pixel_values)
+        return VisualInputs(pixel_values=torch.zeros((1, 1), dtype=torch.float32).expand(rows, patch_dim),
+                            image_grid_thw=torch.tensor(grids, dtype=torch.int64).reshape(-1, 3))
     pv = pixel_values[0] if len(pixel_values) == 1 else np.concatenate(pixel_values)
     return VisualInputs(pixel_values=torch.from_numpy(np.ascontiguousarray(pv)),
                         image_grid_thw=torch.tensor(grids, dtype=torch.int64).reshape(-1, 3))
 
 
 def collate_padded(rows: list[TokenizedRow], visual: VisualInputs, *, pad_token_id: int, seq_length: int | None,
-                   pad_to_max_length: bool = False, pad_to_multiple_of: int = 128) -> dict:
+                   pad_to_max_length: bool = False, pad_to_multiple_of: int = 128, strict: bool = True) -> dict:
     lengths = [len(r) for r in rows]
     longest = max(lengths)
     if seq_length is None:
@@ -90,9 +99,10 @@ def collate_padded(rows: list[TokenizedRow], visual: VisualInputs, *, pad_token_
         had = mask.any(axis=1)
         has = mask[:, :target].any(axis=1)
         emptied = np.flatnonzero(had & ~has).tolist()
-        if emptied:
-            raise ValueError(f"Truncating sequence batch from {width} to {target} tokens removed every supervised "
-                             f"token from rows {emptied}. Increase sequence_length or filter overlength samples.")
+        if emptied and strict:
+            raise ValueError(f"a row of {width} tokens does not fit seq_length={target}: truncating it removed every "
+                             f"supervised token from rows {emptied} (Bridge raises here too); raise seq_length or "
+                             "filter overlength samples")
         ids, labels, mask, attn, mm = (a[:, :target] for a in (ids, labels, mask, attn, mm))
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
     return {
@@ -162,8 +172,9 @@ class Collator:
 
     def __init__(self, *, pad_token_id: int, patch_dim: int, seq_length: int | None = 4096,
                  pad_to_max_length: bool = False, pad_to_multiple_of: int = 128, packing: bool = False,
-                 packing_pad_to_multiple_of: int = 1, bridge_visual_inputs: bool = False):
+                 packing_pad_to_multiple_of: int = 1, bridge_visual_inputs: bool = False, strict: bool = True):
         self.pad_token_id = pad_token_id
+        self.strict = strict  # False: truncate without raising (planning batches; the planner checks lengths)
         self.patch_dim = patch_dim
         self.seq_length = seq_length
         self.pad_to_max_length = pad_to_max_length
@@ -185,4 +196,5 @@ class Collator:
             return collate_packed(rows, visual, seq_length=self.seq_length,
                                   pad_to_multiple_of=self.packing_pad_to_multiple_of)
         return collate_padded(rows, visual, pad_token_id=self.pad_token_id, seq_length=self.seq_length,
-                              pad_to_max_length=self.pad_to_max_length, pad_to_multiple_of=self.pad_to_multiple_of)
+                              pad_to_max_length=self.pad_to_max_length, pad_to_multiple_of=self.pad_to_multiple_of,
+                              strict=self.strict)

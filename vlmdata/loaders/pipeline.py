@@ -10,8 +10,10 @@ Every epoch is a *plan*: a list of sample references computed from (seed, epoch)
   (seed, epoch, rank): this is the rank's *sequence*, positions ``0 .. n-1``, independent of the number
   of DataLoader workers. The buffer works on references, not on decoded data, so the order is a pure
   function of the seed and resuming needs no decoding of what was consumed;
-* worker ``w`` of ``W`` takes the positions ``w, w+W, w+2W, ...`` of the rank's sequence that are not
-  consumed yet. Every sample of the epoch belongs to exactly one (rank, position).
+* worker ``w`` of ``W`` takes, in epoch ``e``, slice ``s = (w + e) mod W``: the positions ``s, s+W, s+2W, ...``
+  of the rank's sequence that are not consumed yet. Every sample of the epoch belongs to exactly one (rank,
+  position). The slice rotates with the epoch so that the worker with the larger share (one more batch)
+  changes every epoch: workers that live across epochs stay within one epoch of each other.
 
 State is ``{"epoch", "consumed": {"prefix": p, "extra": [...]}}``: positions ``< p`` and the few listed
 beyond it are consumed. ``load_state_dict`` with any number of workers spreads the remaining positions
@@ -198,7 +200,8 @@ class Plan:
                consumed: "Consumed | None" = None) -> list:
         """Worker ``worker``'s references: every ``num_workers``-th position not consumed yet."""
         seq = self.rank_sequence(epoch, rank, world)
-        return [seq[p] for p in worker_positions(len(seq), worker, num_workers, consumed)]
+        return [seq[p] for p in worker_positions(len(seq), worker_slice(worker, epoch, num_workers), num_workers,
+                                                   consumed)]
 
 
 @dataclass
@@ -234,11 +237,17 @@ class Consumed:
         ex = set(self.extra)
         return [p for p in range(self.prefix, n) if p not in ex]
 
-    def plus(self, n: int, num_workers: int, counts: list[int]) -> "Consumed":
-        """This state after worker ``w`` (of ``num_workers`` started from it) consumed ``counts[w]`` positions."""
+    def plus(self, n: int, num_workers: int, counts: list[int], epoch: int = 0) -> "Consumed":
+        """This state after worker ``w`` (of ``num_workers`` started from it, in ``epoch``) consumed
+        ``counts[w]`` positions."""
         rem = self.remaining(n)
-        new = [p for w, c in enumerate(counts) for p in rem[w::num_workers][:c]]
+        new = [p for w, c in enumerate(counts) for p in rem[worker_slice(w, epoch, num_workers)::num_workers][:c]]
         return self.plus_positions(new) if new else self
+
+
+def worker_slice(worker: int, epoch: int, num_workers: int) -> int:
+    """The slice of an epoch's positions that ``worker`` takes (rotating with the epoch)."""
+    return (worker + epoch) % max(1, num_workers)
 
 
 def worker_positions(n: int, worker: int, num_workers: int, consumed: Consumed | None = None) -> list[int]:

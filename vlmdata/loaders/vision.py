@@ -103,7 +103,7 @@ def preprocess_bridge(data: bytes | Image.Image, spec: str | QwenSpec = "qwen3-v
     if exact:
         return preprocess_pil(qvu_fetch_image(img), s, min_pixels, max_pixels, draft=False)
     w, h = img.size
-    th, tw = bridge_target_size(h, w, s, min_pixels, max_pixels)
+    th, tw = target_size(h, w, s, min_pixels, max_pixels, "bridge")
     box = None
     if fresh and img.format == "JPEG":
         res = img.draft("RGB", (tw, th))  # DCT-domain downscale only when the target is <= half the source
@@ -118,6 +118,33 @@ def preprocess_bridge(data: bytes | Image.Image, spec: str | QwenSpec = "qwen3-v
         scale = (th / box[3], tw / box[2])
     chw = _resize_torch_to(a, (th, tw), scale)
     return patchify(chw, s, chw=True), (1, th // s.patch_size, tw // s.patch_size)
+
+
+def target_size(height: int, width: int, spec: str | QwenSpec, min_pixels: int, max_pixels: int,
+                resize: str = "bridge") -> tuple[int, int]:
+    """(h, w) in pixels that an ``height`` x ``width`` source is resized to under the resize policy
+    (the one place the grid is decided: the decoding paths and ``preprocess_shape`` agree by construction)."""
+    s = get_spec(spec)
+    if resize == "bridge":
+        return bridge_target_size(height, width, s, min_pixels, max_pixels)
+    if resize == "hf":
+        return smart_resize(height, width, s.factor, min_pixels, max_pixels)
+    raise ValueError(f"resize must be 'bridge' or 'hf', got {resize!r}")
+
+
+def preprocess_shape(data, spec, min_pixels, max_pixels, resize: str = "bridge") -> tuple[np.ndarray, tuple[int, int, int]]:
+    """Like ``preprocess_any`` but without decoding: the grid from the image header (or a PIL image's
+    size) and all-zero pixel rows of the right shape (a zero-stride view: no memory). For planning and warm-up batches, whose shapes
+    and token ids equal the real batches' and whose pixels do not matter."""
+    s = get_spec(spec)
+    if isinstance(data, Image.Image):
+        w, h = data.size
+    else:
+        with Image.open(io.BytesIO(data)) as img:  # reads the header only
+            w, h = img.size
+    th, tw = target_size(h, w, s, min_pixels, max_pixels, resize)
+    gh, gw = th // s.patch_size, tw // s.patch_size
+    return np.broadcast_to(np.float32(0), (gh * gw, s.patch_dim)), (1, gh, gw)  # no memory behind it
 
 
 def preprocess_any(data, spec, min_pixels, max_pixels, resize: str = "bridge", exact: bool = False):

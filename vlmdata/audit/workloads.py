@@ -1,0 +1,169 @@
+"""The training workloads the audit times: the built-in reference model, or a user's step function.
+
+A workload is called once per measured step with a Bridge-format batch and returns
+``{"times_ms": {stage: ms, "total": ms}, "wall_ms", "peak_mem_bytes", "loss"}``. Besides that it says
+
+- ``shape_items(batch)``: the set of shapes the batch makes the workload see for the first time at most
+  once (per-image grids, total patches, the token matrix (B, S), and the loss-token count when logits run
+  on loss tokens only). A new item can cost a one-off setup inside the step (PyTorch's cuDNN attention
+  builds a plan per new sequence length: 44-65 ms per new image size in a Qwen3-VL vision tower on an H200,
+  forward and again backward), so the runner warms every item before timing anything;
+- ``warm(batch)``: run the batch untimed so that every such setup happens (reference: forward + backward,
+  no gradient sync, no optimizer step, weights untouched; user step: one call);
+- ``begin_step()``: reset per-step state (the CUDA peak-memory counter);
+- ``flops(batch)``: model FLOPs and token counts of the batch (``vlmdata.audit.flops``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+from dataclasses import replace
+
+import torch
+
+from .flops import count_tokens, step_flops
+from .inputs import AuditError
+from .model import IMAGE_TOKEN_ID
+
+
+def _visual(batch: dict, key: str):
+    v = batch.get("visual_inputs")
+    if v is None:
+        return None
+    return v.get(key) if isinstance(v, dict) else getattr(v, key, None)
+
+
+def batch_shape(batch: dict) -> dict:
+    """Samples, images, patches and visual tokens per sample of a batch (no FLOPs)."""
+    ids = torch.as_tensor(batch["input_ids"])
+    grid = _visual(batch, "image_grid_thw")
+    return {"samples": int(ids.shape[0]), "images": 0 if grid is None else int(len(grid)),
+            "patches": 0 if grid is None else int(torch.as_tensor(grid).prod(-1).sum()),
+            "visual_tokens_per_sample": (ids == IMAGE_TOKEN_ID).sum(1).tolist()}
+
+
+def shape_items(batch: dict, loss_tokens: bool = False) -> frozenset:
+    """The shapes a step on ``batch`` runs kernels for: ("tokens", B, S), ("image", t, h, w) per image,
+    ("patches", total), and ("loss_tokens", n) when the lm_head runs on loss tokens only."""
+    ids = torch.as_tensor(batch["input_ids"])
+    items = {("tokens", *map(int, ids.shape))}
+    grid = _visual(batch, "image_grid_thw")
+    if grid is not None and len(grid):
+        g = torch.as_tensor(grid).tolist()
+        items.update(("image", *map(int, row)) for row in g)
+        items.add(("patches", int(sum(t * h * w for t, h, w in g))))
+    if loss_tokens:
+        items.add(("loss_tokens", int((torch.as_tensor(batch["loss_mask"]) > 0).sum())))
+    return frozenset(items)
+
+
+def materialize(batch: dict) -> dict:
+    """``batch`` with its pixel rows in memory (shapes-only batches carry a zero-stride view)."""
+    v = batch.get("visual_inputs")
+    pv = _visual(batch, "pixel_values")
+    if pv is None or pv.is_contiguous():
+        return batch
+    if isinstance(v, dict):
+        return {**batch, "visual_inputs": {**v, "pixel_values": pv.contiguous()}}
+    return {**batch, "visual_inputs": replace(v, pixel_values=pv.contiguous())}
+
+
+class ReferenceWorkload:
+    """The built-in Qwen3-VL-MoE model (``build_model``) trained by ``TrainStep``; gradients averaged over
+    ranks under torchrun."""
+
+    def __init__(self, preset: str, device: str, logits: str, dist=None, seed: int = 0):
+        from .model import build_model, model_summary
+        from .step import TrainStep
+
+        self.model = build_model(preset, device, seed=seed)
+        self.summary = model_summary(self.model)
+        self.config, self.logits = self.model.config, logits
+        sync = None
+        if dist is not None and dist.world_size > 1:
+            from .distributed import GradAllReduce
+
+            sync = GradAllReduce(self.model, dist)
+        self.step = TrainStep(self.model, logits=logits, after_backward=sync)
+        self.name = f"reference:{preset}"
+
+    def shape_items(self, batch: dict) -> frozenset:
+        return shape_items(batch, loss_tokens=self.logits == "loss")
+
+    def warm(self, batch: dict) -> None:
+        self.step.warm(batch)
+
+    def begin_step(self) -> None:
+        self.step.reset_peak_memory()
+
+    def __call__(self, batch: dict) -> dict:
+        return self.step(batch)
+
+    def flops(self, batch: dict) -> dict:
+        return step_flops(self.config, batch, logits=self.logits)
+
+    def describe(self) -> dict:
+        return {"kind": "reference", "name": self.name, "logits": self.logits, "model": self.summary}
+
+    def close(self) -> None:
+        self.step.close()
+
+
+class UserWorkload:
+    """``--step module:function``: ``function(batch)`` runs one training step. It may return a dict with
+    ``times_ms`` (stage times, with ``total``), ``flops`` (model FLOPs of the step) and ``peak_mem_bytes``;
+    otherwise the step is timed as one block and TFLOP/s are not reported. Warming calls it once."""
+
+    def __init__(self, spec: str, device: str):
+        mod_name, _, fn_name = spec.partition(":")
+        if not mod_name or not fn_name:
+            raise AuditError(f"step must be module:function, got {spec!r}")
+        sys.path.insert(0, os.getcwd())
+        try:
+            fn = getattr(importlib.import_module(mod_name), fn_name)
+        except (ImportError, AttributeError) as e:
+            raise AuditError(f"cannot load step {spec!r}: {e}") from None
+        if not callable(fn):
+            raise AuditError(f"step {spec!r} is not callable")
+        self.fn, self.name, self.cuda = fn, spec, torch.device(device).type == "cuda"
+        self._last: dict = {}
+
+    def shape_items(self, batch: dict) -> frozenset:
+        return shape_items(batch)
+
+    def warm(self, batch: dict) -> None:
+        self.fn(batch)
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def begin_step(self) -> None:
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+
+    def __call__(self, batch: dict) -> dict:
+        if self.cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        ret = self.fn(batch)
+        if self.cuda:
+            torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) * 1e3
+        self._last = ret if isinstance(ret, dict) else {}
+        times = dict(self._last.get("times_ms") or {"step": ms})
+        times.setdefault("total", ms)
+        peak = self._last.get("peak_mem_bytes", torch.cuda.max_memory_allocated() if self.cuda else None)
+        return {"times_ms": times, "wall_ms": ms, "peak_mem_bytes": peak, "loss": self._last.get("loss")}
+
+    def flops(self, batch: dict) -> dict:
+        out = count_tokens(batch, IMAGE_TOKEN_ID)
+        out["total_flops"] = self._last.get("flops")
+        return out
+
+    def describe(self) -> dict:
+        return {"kind": "user", "name": self.name}
+
+    def close(self) -> None:
+        pass
