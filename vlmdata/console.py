@@ -29,6 +29,7 @@ import time
 from contextlib import contextmanager
 from typing import IO, Iterable, Iterator
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -238,9 +239,11 @@ def table(title: str | None, head: list[str] | None, rows: Iterable[Iterable], *
     """A rich table; the first ``left`` columns left-aligned, the rest right-aligned; ``head=None``: no header."""
     rows = [[str(c) for c in r] for r in rows]
     width = max((len(r) for r in rows), default=len(head or []))
-    t = Table(title=title, show_header=head is not None)
+    t = Table(title=title, show_header=head is not None, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
+              show_edge=False)
     for i in range(width):
-        t.add_column(head[i] if head else "", justify="left" if i < left else "right")
+        name = head[i] if head else ""
+        t.add_column(name, justify="left" if i < left else "right", min_width=len(name))
     for r in rows:
         t.add_row(*r)
     return t
