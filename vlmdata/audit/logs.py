@@ -249,21 +249,26 @@ def _intervals(parsed: dict) -> tuple[list[dict], str | None]:
     return out, note
 
 
-def _records(lines: list[dict], warmup: int, seq: int | None) -> list[dict]:
+def _records(lines: list[dict], warmup: int, seq: int | None, log_interval: int | None = None) -> list[dict]:
+    """One record per line.  A line averages the iterations since the previous *printed* line, which is
+    ``log_interval`` of them: when the dump gives log_interval, a longer gap (lines cut out of an
+    excerpt) still counts as log_interval iterations, with samples from the global batch size."""
     records, prev, prev_samples = [], None, None
     for f in lines:
         start = prev if prev is not None else (
             f["iteration"] - (lines[1]["iteration"] - f["iteration"]) if len(lines) > 1 else 0)
         start = max(start, 0)
-        n = f["iteration"] - start
+        gap = f["iteration"] - start
+        n = min(gap, log_interval) if log_interval else gap
+        start = f["iteration"] - n
         samples = f.get("consumed samples")
         prev, prev_samples, prev_samples_old = f["iteration"], samples, prev_samples
         ms = f.get(MS_KEY)
         if start < warmup or n <= 0 or ms is None:
             continue
         gbs = f.get("global batch size")
-        done = samples - prev_samples_old if samples is not None and prev_samples_old is not None else \
-            (gbs * n if gbs is not None else None)
+        done = samples - prev_samples_old if samples is not None and prev_samples_old is not None and gap == n \
+            else (gbs * n if gbs is not None else None)
         tokens = _first(f, TOKEN_KEYS)
         tokens = tokens * n if tokens is not None else (gbs * seq * n if gbs is not None and seq else None)
         useful = _first(f, USEFUL_KEYS)
@@ -291,19 +296,20 @@ def to_records(parsed: dict, warmup: int | None = None, seq_length: int | None =
     lines, note = _intervals(parsed)
     notes = [note] if note else []
     seq = parsed.get("seq_length") or seq_length  # the log's own value wins
+    interval = _config_int(parsed.get("config", {}), "log_interval")
     first, last = lines[0]["iteration"], lines[-1]["iteration"]
     if warmup is not None:
         used = warmup
-        records = _records(lines, used, seq)
+        records = _records(lines, used, seq, interval)
     else:
         used = max(first, last // 10)
-        records = _records(lines, used, seq)
+        records = _records(lines, used, seq, interval)
         if not records and len(lines) > 1:
             used = first
-            records = _records(lines, used, seq)
+            records = _records(lines, used, seq, interval)
         if not records:
             used = 0
-            records = _records(lines, used, seq)
+            records = _records(lines, used, seq, interval)
             notes.append(f"short run: {len(lines)} logged interval(s) in all, so warm-up could not be excluded "
                          "(the figures include start-up); log more often (log_interval) or run longer")
     if records and len(records) < 2:
@@ -539,7 +545,7 @@ def report_content(report: dict) -> dict:
     tables = [("Per iteration, after warm-up (median of logged intervals)", head, rows)]
     metrics = [m for m in GAP_METRICS if all(srcs[n]["summary"]["rates"].get(m) for n in ("mock", "real"))]
     if gaps:
-        tables.append(("Gaps mock/real (95% bootstrap interval)",
+        tables.append(("mock/real gaps (95% CI)",
                        ["source / real", *[METRIC_LABELS[m] for m in metrics]],
                        [[src, *[_ci(g.get(m)) for m in metrics]] for src, g in gaps.items()]))
     return {"lines": lines, "tables": tables, "plot_metrics": metrics}
