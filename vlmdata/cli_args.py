@@ -42,3 +42,18 @@ def worker_counts(text: str) -> tuple[int, ...]:
             except argparse.ArgumentTypeError as e:
                 raise argparse.ArgumentTypeError(f"{text!r}: {e} (expected worker counts such as 0,1,2)") from None
     return tuple(out)
+
+
+SIZE_UNITS = {"k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """A byte count: ``512MiB``, ``1.5GB``, ``100k``, ``0`` (decimal k/M/G, binary Ki/Mi/Gi; a trailing B optional)."""
+    t = text.strip().lower().rstrip("b")
+    try:
+        for u in sorted(SIZE_UNITS, key=len, reverse=True):
+            if t.endswith(u):
+                return int(float(t[: -len(u)]) * SIZE_UNITS[u])
+        return int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 512MiB, 1GB, 0)") from None

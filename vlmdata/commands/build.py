@@ -8,19 +8,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import storage
+from ..cli_args import parse_size
 from ..build import BuildError, BuildOptions, build
 from ..console import EXIT_OK, UserError, counts, err, human_bytes, out, print_json, progress
 from ..engines import ENGINES, EngineError
 from ..sources import FORMATS, SourceError
-
-
-def parse_size(text: str) -> int:
-    units = {"k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
-    t = text.strip().lower().rstrip("b")
-    for u in sorted(units, key=len, reverse=True):
-        if t.endswith(u):
-            return int(float(t[: -len(u)]) * units[u])
-    return int(t)
 
 
 def add_parser(sub):

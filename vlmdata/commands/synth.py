@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..build import BuildError, write_dataset
 from ..engines import ENGINES, EngineError
-from ..commands.build import parse_size
+from ..cli_args import parse_size
 from ..console import EXIT_OK, UserError, counts, human_bytes, out, print_json, progress
 from ..profile import ProfileError, get_tokenizer, load_profile
 from ..synthetic.mocks import IMAGEFREE_ANSWER_TOKENS, IMAGEFREE_PROMPT_TOKENS, MOCKS
