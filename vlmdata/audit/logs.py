@@ -455,9 +455,9 @@ def compare_logs(mock: str, real: str, *, warmup: int | None = None, seq_length:
         parsed[name] = parse_log(path)
         recs, info = to_records(parsed[name], warmup, seq_length)
         if not recs:
+            end = max((f["iteration"] for f in parsed[name]["lines"]), default="?")
             raise LogError(f"{path!r}: no logged interval after {info['warmup_iterations']} warm-up iterations "
-                           f"(the log ends at iteration {parsed[name]['lines'][-1]['iteration'] if parsed[name]['lines'] else '?'}); "
-                           "lower the warm-up")
+                           f"(the log ends at iteration {end}); lower the warm-up")
         infos[name] = info
         runs[name] = {"records": recs, "world_size": 1}  # TFLOP/s are already per GPU in the logs
         sources[name] = {"summary": _summary(recs), "log": info, "records": recs}

@@ -17,8 +17,9 @@ BENCHMARKS = ("loader",)
 def _benchmark(text: str) -> str:
     if text not in BENCHMARKS:
         close = difflib.get_close_matches(text, BENCHMARKS, n=1)
-        raise argparse.ArgumentTypeError(f"unknown benchmark {text!r}" + (f"; did you mean {close[0]!r}?" if close else "")
-                                         + f" (benchmarks: {', '.join(BENCHMARKS)}; vlmdata bench loader DATASET)")
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise argparse.ArgumentTypeError(f"unknown benchmark {text!r}{hint} (benchmarks: {', '.join(BENCHMARKS)}; "
+                                         "vlmdata bench loader DATASET)")
     return text
 
 
