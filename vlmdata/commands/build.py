@@ -66,7 +66,7 @@ def run(args) -> int:
     if args.address and args.engine != "ray":
         raise UserError("--address is for --engine ray")
     try:
-        with progress("build", unit="samples", quiet=args.quiet or args.json) as advance:
+        with progress("build", unit="inputs", quiet=args.quiet or args.json) as advance:
             m = build(args.source, args.out, opts, resume=args.resume, overwrite=args.overwrite, progress=advance,
                       energon_target=args.energon_target, engine=args.engine, address=args.address,
                       staging=args.staging)
