@@ -64,7 +64,7 @@ def clock(seconds: float) -> str:
 def _rate_text(rate: float | None, unit: str) -> str:
     if not rate:
         return f"- {unit}/s"
-    return f"{rate:.3g} {unit}/s" if rate < 1000 else f"{rate:,.0f} {unit}/s"
+    return f"{rate:,.0f} {unit}/s" if rate >= 100 else f"{rate:.1f} {unit}/s" if rate >= 10 else f"{rate:.2f} {unit}/s"
 
 
 class Advance:
