@@ -187,8 +187,8 @@ def test_validate_progress_lines_off_a_terminal_and_quiet():
     n = json.load(open(os.path.join(SAMPLE_SHARDS, "manifest.json")))["totals"]["samples"]
     assert r.returncode == 0
     progress_lines = [x for x in r.stderr.splitlines() if x.startswith("validate: ")]
-    assert progress_lines[0].startswith(f"validate: 0/{n} samples (0%)")
-    assert len(progress_lines) == n + 2 and progress_lines[-1].startswith(f"validate: done, {n}/{n} samples, ")
+    assert progress_lines[0].startswith(f"validate: 1/{n} samples (1%)")
+    assert len(progress_lines) == n + 1 and progress_lines[-1].startswith(f"validate: done, {n}/{n} samples, ")
     assert all("samples/s, elapsed " in x for x in progress_lines)
     assert f"OK: 6 shards, {n} samples" in r.stdout and "validate:" not in r.stdout
     q = subprocess.run([sys.executable, "-m", "vlmdata", "validate", SAMPLE_SHARDS, "-q"], capture_output=True,

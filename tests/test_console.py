@@ -23,12 +23,12 @@ def test_plain_lines_with_total():
         for _ in range(4):
             advance()
     got = lines(buf)
-    assert len(got) == 6  # start, one per advance, done
+    assert len(got) == 5  # one per advance (interval 0), then done
     parsed = [LINE.match(x) for x in got]
     assert all(parsed), got
-    assert [int(m["n"]) for m in parsed] == [0, 1, 2, 3, 4, 4]
+    assert [int(m["n"]) for m in parsed] == [1, 2, 3, 4, 4]
     assert all(m["total"] == "4" and m["unit"] == "samples" and m["desc"] == "validate" for m in parsed)
-    assert parsed[2]["pct"] == "50" and parsed[2]["eta"] is not None  # ETA while running
+    assert parsed[1]["pct"] == "50" and parsed[1]["eta"] is not None  # ETA while running
     assert parsed[-1]["done"] and parsed[-1]["eta"] is None and parsed[-1]["rate"] != "-"
 
 
@@ -41,7 +41,7 @@ def test_plain_lines_unknown_total_show_rate_and_elapsed():
     got = lines(buf)
     m = [LINE.match(x) for x in got]
     assert all(m), got
-    assert m[1]["n"] == "3" and m[1]["total"] is None and m[1]["eta"] is None and m[1]["rate"] != "-"
+    assert m[0]["n"] == "3" and m[0]["total"] is None and m[0]["eta"] is None and m[0]["rate"] != "-"
     assert got[-1].startswith("build: packing: done, 5 samples, ")
 
 
@@ -50,10 +50,27 @@ def test_interval_limits_lines_and_set_total():
     with progress("synth", unit="samples", bar=False, stream=buf, interval=3600) as advance:
         for _ in range(100):
             advance()
+    assert lines(buf) == []  # work shorter than the interval prints nothing
+    with progress("synth", unit="samples", bar=False, stream=buf, interval=0) as advance:
         advance.set_total(100)
-    got = lines(buf)
-    assert len(got) == 2  # the start line and the done line only
-    assert got[-1].startswith("synth: done, 100/100 samples, ")
+        advance(100)
+    assert [x.split(",")[0] for x in lines(buf)] == ["synth: 0/100 samples (0%)", "synth: 100/100 samples (100%)",
+                                                     "synth: done"]
+    assert lines(buf)[-1].startswith("synth: done, 100/100 samples, ")
+
+
+def test_no_line_after_an_error():
+    """A command that fails prints its one error line, not a progress line (nor a 'done')."""
+    buf = io.StringIO()
+    with pytest.raises(ValueError):
+        with progress("build", unit="inputs", bar=False, stream=buf, interval=0.5):
+            raise ValueError("bad input")
+    assert buf.getvalue() == ""
+    with pytest.raises(ValueError):
+        with progress("build", unit="inputs", bar=False, stream=buf, interval=0) as advance:
+            advance()
+            raise ValueError("bad input")
+    assert [x.split(",")[0] for x in lines(buf)] == ["build: 1 inputs"]  # no "done" line
 
 
 def test_heartbeat_while_nothing_advances():
@@ -65,7 +82,8 @@ def test_heartbeat_while_nothing_advances():
             time.sleep(0.02)
     got = lines(buf)
     assert len(got) >= 4 and all(LINE.match(x) for x in got)
-    assert got[1].startswith("audit: 0/2 steps (0%), - steps/s, elapsed ") and got[1].endswith("ETA -")
+    assert got[0].startswith("audit: 0/2 steps (0%), - steps/s, elapsed ") and got[0].endswith("ETA -")
+    assert got[-1].startswith("audit: done, 0/2 steps")
 
 
 def test_quiet_prints_nothing_but_counts(capsys):

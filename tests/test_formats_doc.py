@@ -58,8 +58,9 @@ def _prepare(kind: str, arg: str, body: str | None) -> None:
 
 @pytest.fixture
 def s3_env(monkeypatch):
-    pytest.importorskip("s3fs", reason="the s3 example needs s3fs")
+    s3fs = pytest.importorskip("s3fs", reason="the s3 example needs s3fs")
     moto_server = pytest.importorskip("moto.server", reason="the s3 example needs moto[server]")
+    s3fs.S3FileSystem.clear_instance_cache()  # fsspec caches filesystems (and so endpoints) per process
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -68,6 +69,7 @@ def s3_env(monkeypatch):
         monkeypatch.setenv(k, v)
     yield
     server.stop()
+    s3fs.S3FileSystem.clear_instance_cache()  # no later test may reach this stopped server
 
 
 @pytest.mark.parametrize("title", TITLES)

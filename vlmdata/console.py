@@ -6,9 +6,10 @@ and the total while it runs):
 
 - stdout and stderr both terminals: a rich bar on stderr (description, bar, n/N, rate, elapsed, ETA;
   without a total: n, rate, elapsed);
-- otherwise (CI, ``| tee``, a log file): plain lines on stderr, one at the start and then one every
-  ``interval`` seconds (``$VLMDATA_PROGRESS_INTERVAL``, default 10) even while nothing advances,
-  and a last one at the end::
+- otherwise (CI, ``| tee``, a log file): plain lines on stderr, one every ``interval`` seconds
+  (``$VLMDATA_PROGRESS_INTERVAL``, default 10; 0 = at every advance) even while nothing advances, and,
+  when any was printed, a last one when the work ends normally (none after an error, so a failing
+  command still prints its one error line; none for work shorter than the interval)::
 
       build: 1200/5000 samples (24%), 310/s, elapsed 0:03:52, ETA 0:12:15
       build: 1200 samples, 310/s, elapsed 0:03:52                  (no total known)
@@ -157,12 +158,14 @@ def progress(description: str, total: int | None = None, quiet: bool = False, *,
 def _plain_lines(adv: Advance, stream: IO[str], interval: float) -> Iterator[Advance]:
     lock = threading.Lock()
     last = [time.monotonic()]
+    printed = [False]
 
     def emit(done: bool = False) -> None:
         with lock:
             stream.write(adv.line(done) + "\n")
             stream.flush()
             last[0] = time.monotonic()
+            printed[0] = True
 
     def on_change() -> None:
         if time.monotonic() - last[0] >= interval:
@@ -175,7 +178,6 @@ def _plain_lines(adv: Advance, stream: IO[str], interval: float) -> Iterator[Adv
             if interval and time.monotonic() - last[0] >= interval:
                 emit()
 
-    emit()
     adv._on_change = on_change
     t = threading.Thread(target=heartbeat, name="vlmdata-progress", daemon=True)
     t.start()
@@ -185,7 +187,8 @@ def _plain_lines(adv: Advance, stream: IO[str], interval: float) -> Iterator[Adv
         stop.set()
         t.join()
         adv._on_change = None
-    emit(done=True)
+    if printed[0]:
+        emit(done=True)
 
 
 @contextmanager
