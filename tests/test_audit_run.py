@@ -106,7 +106,7 @@ def test_report_names_definitions_and_method(order_runs, tmp_path):
     assert "paired" in rep["definitions"]["sources"]["synthetic"]
     paths = write_report(rep, str(tmp_path))
     md, page = open(paths["md"]).read(), open(paths["html"]).read()
-    assert "## Definitions" in md and "## How it was measured" in md and "interleaved rounds" in md
+    assert "## Definitions" in md and "## How it was measured" in md and "interleaved rounds" in md and "Method:" in md
     assert "6/6 steps same samples" in md and rep["verdict"]["line"] in md
     assert page.count("data:image/png;base64,") >= 2 and "overflow-x:auto" in page and "<script" not in page
     data = json.loads(open(paths["json"]).read())

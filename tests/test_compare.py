@@ -35,6 +35,7 @@ def test_profile_against_itself(small_profile, capsys):
 def test_dataset_against_its_profile(tmp_path, capsys):
     prof = str(tmp_path / "p.json")
     assert cli(["profile", "sample_shards", "-o", prof, "--decode-images", "0", "-q"]) == 0
+    capsys.readouterr()  # -q hides progress only: profile's summary is printed
     rc = cli(["compare", "sample_shards", prof, "--json"])
     out = json.loads(capsys.readouterr().out)
     by = {m["metric"]: m for m in out["metrics"]}

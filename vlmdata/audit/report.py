@@ -15,6 +15,7 @@ import json
 import os
 
 from .distributed import merge_ranks, stragglers as find_stragglers
+from .logs import report_content
 from .metrics import STAGE_ORDER, TOKEN_DEFINITIONS, rate_ci, summarize
 from .verdict import GAP_METRICS, METRIC_LABELS, decide
 
@@ -148,6 +149,8 @@ def rank_rows(report: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def _tables(report: dict) -> list[tuple[str, tuple]]:
+    if report.get("kind") == "logs":
+        return [(title, (head, rows)) for title, head, rows in report_content(report)["tables"]]
     t = [("Throughput per source", source_rows(report)), ("Workload shape", shape_rows(report)),
          ("Stage split", stage_rows(report))]
     if report.get("measurement"):
@@ -171,9 +174,13 @@ def plots(report: dict) -> dict[str, bytes]:
     names = list(report["sources"])
     sums = [report["sources"][n]["summary"] for n in names]
     gaps = (report.get("verdict") or {}).get("gaps", {})
+    logs = report.get("kind") == "logs"
+    metrics = report_content(report)["plot_metrics"] if logs else list(GAP_METRICS)
     out = {}
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for ax, m in zip(axes, GAP_METRICS):
+    if not metrics:
+        return out
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.4 * len(metrics), 3.8), squeeze=False)
+    for ax, m in zip(axes[0], metrics):
         vals = [s["rates"].get(m) or 0.0 for s in sums]
         real = report["sources"].get("real", {}).get("summary", {}).get("rates", {}).get(m)
         err = [[0.0] * len(names), [0.0] * len(names)]
@@ -191,6 +198,8 @@ def plots(report: dict) -> dict[str, bytes]:
                  "others: of the ratio to real)", fontsize=9)
     fig.tight_layout()
     out["throughput"] = _png(fig, plt)
+    if logs:  # logs carry no stage times or visual tokens
+        return out
     if any(s["stages_ms_per_sample"] for s in sums):
         out["stages"] = _stages_plot(plt, names, sums)
     if any(s["visual_tokens_per_sample"] for s in sums):
@@ -281,19 +290,30 @@ def _method_line(report: dict) -> str:
     if not m:
         return ""
     w = m.get("warmup") or {}
-    return (f"Method: {m.get('steps_per_source')} steps per source in {m.get('rounds')} interleaved rounds of "
+    return (f"{m.get('steps_per_source')} steps per source in {m.get('rounds')} interleaved rounds of "
             f"{m.get('block')} (order rotating each round), stopped by {m.get('stop')}; every shape warmed first "
             f"({w.get('shape_batches')} warm-up batches, {w.get('shape_items')} shape items, "
             f"{w.get('seconds', 0):.1f} s) and {w.get('loader_steps_per_source')} untimed step(s) per source after "
             f"its loader started; load average {report.get('environment', {}).get('load_average')}.")
 
 
+def _head_lines(report: dict) -> list[tuple[str, str]]:
+    """(label, text) lines under the verdict: settings, environment and method of a run; workload, logs and
+    notes of a log comparison."""
+    if report.get("kind") == "logs":
+        return report_content(report)["lines"]
+    lines = [("Settings", _settings(report)), ("Environment", _env_line(report))]
+    if _method_line(report):
+        lines.append(("Method", _method_line(report)))
+    return lines
+
+
 def markdown(report: dict) -> str:
     v = report.get("verdict")
-    parts = ["# vlmdata audit", "", f"**{v['line']}**" if v else "_no verdict (needs real and one other source)_", "",
-             f"Settings: {_settings(report)}.", "", f"Environment: {_env_line(report)}.", ""]
-    if _method_line(report):
-        parts += [_method_line(report), ""]
+    parts = ["# vlmdata audit" + (" compare" if report.get("kind") == "logs" else ""), "",
+             f"**{v['line']}**" if v else "_no verdict (needs real and one other source)_", ""]
+    for label, text in _head_lines(report):
+        parts += [f"{label}: {text}" + ("" if text.endswith(".") else "."), ""]
     for title, (head, rows) in _tables(report):
         parts += [f"## {title}", "", _md_table(head, rows), ""]
     if v and v["knobs"]:
@@ -307,9 +327,10 @@ def html_page(report: dict, pngs: dict[str, bytes] | None = None) -> str:
     esc = html.escape
     v = report.get("verdict")
     colour = "#b00" if v and v["status"] == "MISLEADING" else "#070"
-    body = ["<h1>vlmdata audit</h1>", f"<p style='font-size:1.2em;color:{colour}'><b>{esc(v['line'])}</b></p>"
-            if v else "<p><i>no verdict</i></p>", f"<p>Settings: {esc(_settings(report))}.</p>",
-            f"<p>Environment: {esc(_env_line(report))}.</p>", f"<p>{esc(_method_line(report))}</p>"]
+    body = ["<h1>vlmdata audit" + (" compare" if report.get("kind") == "logs" else "") + "</h1>",
+            f"<p style='font-size:1.2em;color:{colour}'><b>{esc(v['line'])}</b></p>" if v else
+            "<p><i>no verdict</i></p>"]
+    body += [f"<p><b>{esc(label)}:</b> {esc(text)}</p>" for label, text in _head_lines(report)]
     for title, (head, rows) in _tables(report):
         body.append(f"<h2>{esc(title)}</h2><div class='scroll'><table><tr>"
                     + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"

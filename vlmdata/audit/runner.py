@@ -54,9 +54,13 @@ __all__ = ["AuditConfig", "AuditError", "run_audit", "SOURCES", "MOCKS"]
 
 
 def default_real() -> str:
-    """The embedded sample dataset (real photographs; see its README)."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                        "sample_shards")
+    """The embedded sample dataset (real photographs; see its README), in a checkout or an installed wheel."""
+    from .. import sample_data_path
+
+    try:
+        return sample_data_path()
+    except FileNotFoundError as e:
+        raise AuditError(f"no real dataset given and {e}") from None
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,9 @@ def verdict_line(v: dict) -> str:
             text = f"{src} overstates real {METRIC_LABELS[first['metric']]} {_fmt_ci(g[first['metric']])}"
             if others:
                 text += f", {others}"
-            if not all(o["confident"] for o in offs):
+            if any(o["lo"] is None for o in offs):
+                text += " (no confidence interval: too few steps)"
+            elif not all(o["confident"] for o in offs):
                 text += " (an interval reaches below the limit)"
             top = v["attribution"][src]["top_stage"]
             if top:

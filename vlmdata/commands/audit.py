@@ -7,9 +7,11 @@ import re
 import time
 
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
-from ..console import EXIT_MISLEADING, EXIT_OK, UserError, err, out, print_json, progress
+from ..audit.logs import LogError, WorkloadMismatch, compare_logs, report_content
+from ..console import EXIT_MISLEADING, EXIT_OK, UserError, err, out, print_json, progress, table
 
 EXIT_HELP = """exit codes:
   0  OK: every mock source is within --threshold of real (or no verdict was asked for)
@@ -18,6 +20,12 @@ EXIT_HELP = """exit codes:
   2  usage or input error (bad option, missing shards/log, unknown source)
 Under torchrun rank 0 exits with the code (the other ranks with 0) and torchrun reports any non-zero
 worker code as its own failure (exit 1), so read the verdict from report.json or --json there."""
+
+COMPARE_EXIT_HELP = """exit codes:
+  0  OK: the mock run is within --threshold of the real run
+  3  MISLEADING: the mock run overstates real throughput (TFLOP/s/GPU, samples/s) by more than --threshold
+  2  usage or input error: unreadable log, nothing to measure after warm-up, or the logs are of different
+     workloads (global batch size, seq_length, GPUs, model) and --allow-mismatch was not given"""
 
 CPU_DEFAULTS = {"preset": "tiny", "warmup": 0, "seq_length": 2048, "micro_batch_size": 2, "min_steps": None,
                 "max_steps": 60, "block": 3, "budget_s": 120.0}
@@ -136,20 +144,31 @@ def add_parser(sub):
     p.add_argument("-o", "--out", help="write report.json, report.md and report.html (and the synthetic twin) here")
     p.add_argument("--json", action="store_true", help="print the report (without per-step records) as JSON")
     cs = p.add_subparsers(dest="audit_command", metavar="{compare}")
-    c = cs.add_parser("compare", help="verdict from two Megatron-LM / Bridge training logs", epilog=EXIT_HELP,
+    c = cs.add_parser("compare", help="verdict from two Megatron-LM / Bridge training logs", epilog=COMPARE_EXIT_HELP,
                       formatter_class=argparse.RawDescriptionHelpFormatter, description=(
-        "Parse the iteration lines (elapsed time per iteration, throughput per GPU, global batch size) of a\n"
-        "mock run and a real run of the same workload, drop warm-up iterations, and give the audit's verdict\n"
-        "on TFLOP/s/GPU and samples/s (and tokens/s when seq_length is known)."))
-    c.add_argument("--mock", required=True, help="training log of the mock-data run")
-    c.add_argument("--real", required=True, help="training log of the real-data run")
-    c.add_argument("--warmup", type=_non_negative,
-                   help="iterations to exclude (default: the first logged interval and the first 10%%)")
-    c.add_argument("--seq-length", type=_positive, help="tokens per sample when the logs do not print seq_length")
-    c.add_argument("--threshold", type=_fraction, default=0.10, help="as for audit (default 0.10)")
+        "Read two training logs of one workload, a mock-data run and a real-data run: Megatron-LM or Megatron\n"
+        "Bridge iteration lines ('iteration N/M | ... elapsed time per iteration (ms) ...'), or Bridge's own\n"
+        "'Step Time : 4.65s GPU utilization: 123.4MODEL_TFLOP/s/GPU' lines, plus the configuration dump at the\n"
+        "top of the log. Drop warm-up iterations and give the audit's verdict on TFLOP/s/GPU and samples/s (and\n"
+        "tokens/s when seq_length is known), per iteration. Refuses (exit 2) logs whose global batch size,\n"
+        "seq_length, GPU count or model differ, unless --allow-mismatch. Short runs (a 10-iteration quick run)\n"
+        "work: with fewer than two logged intervals after warm-up there is no confidence interval."))
+    c.add_argument("--mock", required=True, metavar="LOG", help="training log of the mock-data run")
+    c.add_argument("--real", required=True, metavar="LOG", help="training log of the real-data run")
+    c.add_argument("--warmup", type=_non_negative, metavar="ITERATIONS",
+                   help="iterations to exclude (default: the first logged interval and the first 10%%, "
+                        "relaxed for short runs)")
+    c.add_argument("--seq-length", type=_positive,
+                   help="tokens per sample when a log does not print seq_length (the log's value wins)")
+    c.add_argument("--threshold", type=_fraction, default=0.10,
+                   help="MISLEADING when mock/real exceeds 1 + this (default 0.10; '10%%' works)")
+    c.add_argument("--allow-mismatch", action="store_true",
+                   help="compare logs whose global batch size, seq_length, GPU count or model differ "
+                        "(default: refuse with exit 2)")
     c.add_argument("-o", "--out", help="write report.json, report.md and report.html into this folder")
-    c.add_argument("--json", action="store_true", help="print the report as JSON")
-    c.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no table")
+    c.add_argument("--json", action="store_true", help="print the report (without per-interval records) as JSON")
+    c.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                   help="accepted for symmetry: the table and the verdict are always printed")
     return p
 
 
@@ -242,14 +261,41 @@ def run(args) -> int:
 
 
 def run_compare(args) -> int:
-    from ..audit.logs import LogError, compare_logs
-
     try:
         report = compare_logs(args.mock, args.real, warmup=args.warmup, seq_length=args.seq_length,
-                              threshold=args.threshold)
+                              threshold=args.threshold, allow_mismatch=args.allow_mismatch)
+    except WorkloadMismatch as e:
+        raise UserError("the logs are of different workloads: " + "; ".join(
+            f"{what} {a} (mock) vs {b} (real)" for what, a, b in e.differences)
+            + "; compare two runs of one workload, or pass --allow-mismatch") from None
     except LogError as e:
-        raise UserError(str(e)) from None
-    _emit(report, args)
+        raise UserError(escape(str(e))) from None
+    if args.out:
+        from ..audit.report import write_report  # imports torch (audit.distributed): not at --help time
+
+        paths = write_report(report, args.out)
+    else:
+        paths = None
+    if args.json:
+        print_json({**report, "sources": {k: {kk: vv for kk, vv in v.items() if kk != "records"}
+                                          for k, v in report["sources"].items()}})
+    else:  # the table and the verdict, also with -q
+        content = report_content(report)
+        for label, text in content["lines"]:
+            if label != "Note":
+                out.print(f"[bold]{label}:[/] {escape(text)}", soft_wrap=True)
+        for title, head, rows in content["tables"]:
+            out.print(table(title, head, rows))
+        v = report["verdict"]
+        colour = "bold red" if v["status"] == "MISLEADING" else "bold green"
+        out.print(f"[{colour}]{escape(v['line'])}[/]", soft_wrap=True)
+        for k in v["knobs"][:3]:
+            out.print(f"  - {k['message']}", soft_wrap=True, markup=False)
+        for label, text in content["lines"]:
+            if label == "Note":
+                err.print(f"[yellow]note:[/] {escape(text)}", soft_wrap=True)
+        if paths:
+            out.print(f"report: {', '.join(paths.values())}", soft_wrap=True, markup=False)
     return EXIT_MISLEADING if report["verdict"]["status"] == "MISLEADING" else EXIT_OK
 
 

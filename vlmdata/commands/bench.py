@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import json
+import difflib
 import os
 import time
 
-from ..console import UserError
+from ..cli_args import positive_int, worker_counts
+from ..console import EXIT_OK, UserError, out, print_json, progress, table
+from ..qwen import SPECS
+
+BENCHMARKS = ("loader",)
+
+
+def _benchmark(text: str) -> str:
+    if text not in BENCHMARKS:
+        close = difflib.get_close_matches(text, BENCHMARKS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise argparse.ArgumentTypeError(f"unknown benchmark {text!r}{hint} (benchmarks: {', '.join(BENCHMARKS)}; "
+                                         "vlmdata bench loader DATASET)")
+    return text
 
 
 def add_parser(sub):
@@ -21,14 +34,20 @@ def add_parser(sub):
         "  vlmdata         make_loader (fast image path), and vlmdata-exact (bit-exact Pillow path)\n"
         "All single-process (one core); --workers N,M adds a DataLoader-worker scaling table for vlmdata."),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["loader"])
-    p.add_argument("dataset", help="shard folder (e.g. sample_shards)")
-    p.add_argument("--model", default="qwen3-vl")
-    p.add_argument("--samples", type=int, default=64, help="samples per measurement")
-    p.add_argument("--micro-batch-size", type=int, default=4)
-    p.add_argument("--seq-length", type=int, default=4096)
-    p.add_argument("--workers", default="", help="comma list of DataLoader worker counts for the scaling table")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("what", metavar="BENCHMARK", type=_benchmark, help="the benchmark to run: loader")
+    p.add_argument("dataset", help="vlmdata dataset folder with its shards (e.g. the sample data: "
+                   "python -c 'import vlmdata; print(vlmdata.sample_data_path())')")
+    p.add_argument("--model", default="qwen3-vl", choices=sorted(SPECS),
+                   help="Qwen-VL family whose processor and batches are built (default qwen3-vl)")
+    p.add_argument("--samples", type=positive_int, default=64,
+                   help="samples per measurement (default 64; the dataset is repeated when smaller)")
+    p.add_argument("--micro-batch-size", type=positive_int, default=4, help="samples per batch (default 4)")
+    p.add_argument("--seq-length", type=positive_int, default=4096,
+                   help="seq_length given to every path's collate (default 4096)")
+    p.add_argument("--workers", type=worker_counts, default=(), metavar="N[,M...]",
+                   help="comma list of DataLoader worker counts for an extra scaling table of the vlmdata loader "
+                        "(e.g. 0,1,2; default: none)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
@@ -115,7 +134,21 @@ def _energon_rate(bridge, dataset, proc, model, mbs, seq_length, n_samples):
     return n / (time.perf_counter() - t)
 
 
-def bench_loader(dataset, model="qwen3-vl", samples=64, mbs=4, seq_length=4096, workers=()):
+def bench_loader(dataset, model="qwen3-vl", samples=64, mbs=4, seq_length=4096, workers=(), stage=None):
+    """Samples/s per core of Bridge's data paths and vlmdata's loader on the same samples of ``dataset``.
+
+    Args:
+        dataset: vlmdata dataset folder.
+        model: Qwen-VL family (a key of ``vlmdata.qwen.SPECS``).
+        samples: samples per measurement.
+        mbs: micro-batch size.
+        seq_length: sequence length of the batches.
+        workers: DataLoader worker counts for the scaling rows.
+        stage: called with the name of each measurement as it starts (progress).
+
+    Returns:
+        ``{"rows": [{"name", "samples_per_s", "ratio_vs_fastest_baseline"}], "scaling", "notes", ...}``.
+    """
     import importlib.util
 
     import torch
@@ -133,11 +166,14 @@ def bench_loader(dataset, model="qwen3-vl", samples=64, mbs=4, seq_length=4096, 
     def groups():
         return [data[i:i + mbs] for i in range(0, len(data), mbs)]
 
+    stage = stage or (lambda name: None)
+    stage("bridge-hf-pil")
     ref = BridgeReference(build_qwen_processor(model, tokenizer=tok))
     ref.collate(groups()[0], sequence_length=seq_length)  # warm up
     res["rows"].append({"name": "bridge-hf-pil", "samples_per_s": _time(
         lambda: [ref.collate(g, sequence_length=seq_length) for g in groups()], len(data))})
     if importlib.util.find_spec("torchvision") is not None:
+        stage("bridge-hf-tv")
         ref_tv = BridgeReference(build_qwen_processor(model, tokenizer=tok, backend="torchvision"))
         res["rows"].append({"name": "bridge-hf-tv", "samples_per_s": _time(
             lambda: [ref_tv.collate(g, sequence_length=seq_length) for g in groups()], len(data))})
@@ -155,9 +191,11 @@ def bench_loader(dataset, model="qwen3-vl", samples=64, mbs=4, seq_length=4096, 
             for g in gs:
                 bridge["collate"](ref._examples(g), proc, sequence_length=seq_length)
 
+        stage("bridge-collate")
         real_collate(groups()[:1])  # warm up
         res["rows"].append({"name": "bridge-collate", "samples_per_s": _time(lambda: real_collate(groups()), len(data))})
         if os.path.isdir(os.path.join(dataset, ".nv-meta")):
+            stage("energon-bridge")
             res["rows"].append({"name": "energon-bridge",
                                 "samples_per_s": _energon_rate(bridge, dataset, proc, model, mbs, seq_length,
                                                                len(data))})
@@ -176,14 +214,17 @@ def bench_loader(dataset, model="qwen3-vl", samples=64, mbs=4, seq_length=4096, 
             n += mbs
         return n / (time.perf_counter() - t)
 
+    stage("vlmdata")
     run_loader(False)
     res["rows"].append({"name": "vlmdata", "samples_per_s": max(run_loader(False) for _ in range(2))})
+    stage("vlmdata-exact")
     res["rows"].append({"name": "vlmdata-exact", "samples_per_s": run_loader(True)})
     base = max(r["samples_per_s"] for r in res["rows"] if r["name"].startswith(("bridge", "energon")))
     for r in res["rows"]:
         r["ratio_vs_fastest_baseline"] = r["samples_per_s"] / base
     res["scaling"] = []
     for nw in workers:
+        stage(f"vlmdata, {nw} workers")
         sps = run_loader(False, nw)
         res["scaling"].append({"workers": nw, "samples_per_s": sps, "per_worker": sps / max(nw, 1)})
     res["cpu_count"] = os.cpu_count()
@@ -192,20 +233,33 @@ def bench_loader(dataset, model="qwen3-vl", samples=64, mbs=4, seq_length=4096, 
 
 def run(args) -> int:
     if not os.path.exists(args.dataset):
-        raise UserError(f"{args.dataset}: not found")
-    workers = [int(w) for w in args.workers.split(",") if w.strip()]
-    res = bench_loader(args.dataset, args.model, args.samples, args.micro_batch_size, args.seq_length, workers)
+        raise UserError(f"{args.dataset}: not found (give a vlmdata dataset folder, e.g. the output of vlmdata build)")
+    workers = list(args.workers)
+    # measurements: bridge-hf-pil, bridge-hf-tv?, bridge-collate?, energon-bridge?, vlmdata, vlmdata-exact, scaling
+    with progress("bench loader", unit="measurements", quiet=args.quiet or args.json) as advance:
+        names = []
+
+        def stage(name: str) -> None:
+            if names:
+                advance()
+            names.append(name)
+            advance.set_description(f"bench loader: {name}")
+
+        res = bench_loader(args.dataset, args.model, args.samples, args.micro_batch_size, args.seq_length, workers,
+                           stage=stage)
+        advance()
     if args.json:
-        print(json.dumps(res, indent=2))
-        return 0
-    print(f"{res['samples']} samples of {args.dataset}, {args.model}, micro-batch {res['micro_batch_size']}, one core")
-    print(f"{'path':16} {'samples/s/core':>15} {'x fastest baseline':>19}")
-    for r in res["rows"]:
-        print(f"{r['name']:16} {r['samples_per_s']:15.1f} {r['ratio_vs_fastest_baseline']:19.2f}")
+        print_json(res)
+        return EXIT_OK
+    out.print(table(f"{res['samples']} samples of {args.dataset}, {args.model}, micro-batch {res['micro_batch_size']}, "
+                    "one core", ["path", "samples/s/core", "x fastest baseline"],
+                    [[r["name"], f"{r['samples_per_s']:.1f}", f"{r['ratio_vs_fastest_baseline']:.2f}"]
+                     for r in res["rows"]]))
     for n in res["notes"]:
-        print("note:", n)
+        out.print(f"note: {n}", markup=False, soft_wrap=True)
     if res["scaling"]:
-        print(f"{'workers':>7} {'samples/s':>10} {'per worker':>11}   ({res['cpu_count']} cores)")
-        for s in res["scaling"]:
-            print(f"{s['workers']:7d} {s['samples_per_s']:10.1f} {s['per_worker']:11.1f}")
-    return 0
+        out.print(table(f"vlmdata loader with DataLoader workers ({res['cpu_count']} cores)",
+                        ["workers", "samples/s", "per worker"],
+                        [[str(s["workers"]), f"{s['samples_per_s']:.1f}", f"{s['per_worker']:.1f}"]
+                         for s in res["scaling"]]))
+    return EXIT_OK

@@ -8,19 +8,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import storage
+from ..cli_args import parse_size
 from ..build import BuildError, BuildOptions, build
-from ..console import EXIT_OK, UserError, err, human_bytes, out, print_json, progress
+from ..console import EXIT_OK, UserError, counts, err, human_bytes, out, print_json, progress
 from ..engines import ENGINES, EngineError
 from ..sources import FORMATS, SourceError
-
-
-def parse_size(text: str) -> int:
-    units = {"k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
-    t = text.strip().lower().rstrip("b")
-    for u in sorted(units, key=len, reverse=True):
-        if t.endswith(u):
-            return int(float(t[: -len(u)]) * units[u])
-    return int(t)
 
 
 def add_parser(sub):
@@ -74,7 +66,7 @@ def run(args) -> int:
     if args.address and args.engine != "ray":
         raise UserError("--address is for --engine ray")
     try:
-        with progress("building", quiet=args.quiet) as advance:
+        with progress("build", unit="inputs", quiet=args.quiet or args.json) as advance:
             m = build(args.source, args.out, opts, resume=args.resume, overwrite=args.overwrite, progress=advance,
                       energon_target=args.energon_target, engine=args.engine, address=args.address,
                       staging=args.staging)
@@ -88,13 +80,13 @@ def run(args) -> int:
                "accounting": {k: v for k, v in acc.items() if k != "skipped_samples"}}
     if args.json:
         print_json(summary)
-    elif not args.quiet:
+    else:  # -q hides progress only, never this summary
         t = Table(title=f"built {storage.redact(args.out)}", show_header=False)
         t.add_row("shards", str(m["totals"]["shards"]))
         t.add_row("samples written", str(acc["written"]))
         t.add_row("images", str(m["totals"]["images"]))
         t.add_row("bytes", human_bytes(m["totals"]["bytes"]))
         t.add_row("inputs seen", str(acc["seen"]))
-        t.add_row("skipped", f"{acc['skipped']} {acc['skipped_by_reason'] or ''}")
+        t.add_row("skipped", f"{acc['skipped']}" + (f" ({counts(acc['skipped_by_reason'])})" if acc["skipped"] else ""))
         out.print(t)
     return EXIT_OK

@@ -48,7 +48,8 @@ def run(args) -> int:
     except ValueError as e:
         raise UserError(str(e)) from None
     try:
-        with progress("profiling", quiet=args.quiet or args.json) as advance:
+        profiles = is_profile_file(args.a) and is_profile_file(args.b)  # nothing to profile: no progress
+        with progress("compare: profiling", unit="samples", quiet=args.quiet or args.json or profiles) as advance:
             pa = pb = None
             if is_profile_file(args.a):
                 pa, ka = load_side(args.a)
@@ -68,7 +69,7 @@ def run(args) -> int:
     res["a"], res["b"] = side_summary(args.a, ka, pa), side_summary(args.b, kb, pb)
     if args.json:
         print_json(res)
-    elif not args.quiet:
+    else:  # -q hides progress only, never the table and the verdict
         t = Table(title=f"A {args.a}  vs  B {args.b}")
         for c in ("metric", "median A", "median B", "B/A", "KS", "threshold", "result"):
             t.add_column(c, justify="left" if c in ("metric", "result") else "right", no_wrap=True)

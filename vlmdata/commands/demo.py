@@ -6,6 +6,7 @@ import argparse
 import os
 import tempfile
 
+from ..cli_args import positive_int
 from ..console import EXIT_OK, out
 
 
@@ -15,7 +16,8 @@ def add_parser(sub):
                        "scikit-learn, build shards from it, validate them and print the summary.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--out", help="dataset folder (default: a temporary folder)")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                   help="build worker processes (default: all cores)")
     return p
 
 

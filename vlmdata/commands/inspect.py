@@ -38,8 +38,7 @@ def run(args) -> int:
     t.add_row("inputs seen / written / skipped", f"{a['seen']} / {a['written']} / {a['skipped']}")
     for reason, n in a["skipped_by_reason"].items():
         t.add_row(f"  skipped: {reason}", str(n))
-    if not args.quiet:
-        out.print(t)
-        for sk in s["skipped_samples"][:20]:
-            out.print(f"  {sk['input']}: {sk['reason']}: {sk['detail']}", markup=False, soft_wrap=True)
+    out.print(t)  # the summary: printed even with -q
+    for sk in s["skipped_samples"][:20]:
+        out.print(f"  {sk['input']}: {sk['reason']}: {sk['detail']}", markup=False, soft_wrap=True)
     return EXIT_OK

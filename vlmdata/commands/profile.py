@@ -7,7 +7,8 @@ import os
 
 from rich.table import Table
 
-from ..console import EXIT_OK, UserError, human_bytes, out, print_json, progress
+from ..console import EXIT_OK, UserError, counts, human_bytes, out, print_json, progress
+from ..manifest import MANIFEST_NAME, ManifestError, load_manifest
 from ..profile import (DEFAULT_CAP, DEFAULT_DECODE_IMAGES, MODELS, ProfileError, ProfileOptions, profile_dataset,
                        write_profile)
 from ..qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS
@@ -42,6 +43,16 @@ def add_parser(sub):
     return p
 
 
+def known_samples(path: str) -> int | None:
+    """Samples in a local dataset folder's manifest (the progress total), else None (a source: unknown)."""
+    if not os.path.isfile(os.path.join(path, MANIFEST_NAME)):
+        return None
+    try:
+        return int(load_manifest(path)["totals"]["samples"])
+    except (ManifestError, KeyError, TypeError, ValueError):
+        return None  # profile_dataset reports a broken manifest itself
+
+
 def run(args) -> int:
     if args.max_rows <= 0:
         raise UserError(f"-n/--max-rows must be a positive number of rows, got {args.max_rows}")
@@ -54,7 +65,8 @@ def run(args) -> int:
                           tokenizer=args.tokenizer, cap=args.max_rows, seed=args.seed, decode_images=args.decode_images,
                           decode_repeats=args.decode_repeats, format=args.format, image_root=args.image_root)
     try:
-        with progress("profiling", quiet=args.quiet or args.json) as advance:
+        with progress("profile", total=known_samples(args.input), unit="samples",
+                      quiet=args.quiet or args.json) as advance:
             prof = profile_dataset(args.input, opts, progress=advance)
         sha = write_profile(prof, args.out)
         if args.plot:
@@ -70,7 +82,7 @@ def run(args) -> int:
     if args.json:
         print_json({"out": os.path.abspath(args.out), "sha256": sha, "summary": s,
                     "decode": {k: v for k, v in d.items() if k != "ms"}, "rows": prof["rows"]["stored_samples"]})
-    elif not args.quiet:
+    else:  # -q hides progress only, never this summary
         t = Table(title=f"profile of {args.input} -> {args.out}")
         for c in ("metric", "p10", "median", "p90", "mean"):
             t.add_column(c, justify="left" if c == "metric" else "right")
@@ -84,7 +96,8 @@ def run(args) -> int:
                       f"{d['mean_ms']:.3g}")
         out.print(t)
         out.print(f"{s['samples']} samples, {s['images']} images ({prof['rows']['stored_samples']} rows stored), "
-                  f"formats {s['formats']}, subsampling {s['subsampling']}, skipped {s['skipped'] or 0}; "
+                  f"formats {counts(s['formats'])}, subsampling {counts(s['subsampling'])}, "
+                  f"skipped {counts(s['skipped'], '0')}; "
                   f"{prof['model']['name']} min/max pixels {opts.min_pixels}/{opts.max_pixels}; "
                   f"decoder {d.get('decoder', '-')}; {human_bytes(os.path.getsize(args.out))} written")
     return EXIT_OK

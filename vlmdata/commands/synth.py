@@ -10,8 +10,8 @@ from rich.table import Table
 
 from ..build import BuildError, write_dataset
 from ..engines import ENGINES, EngineError
-from ..commands.build import parse_size
-from ..console import EXIT_OK, UserError, human_bytes, out, print_json, progress
+from ..cli_args import parse_size
+from ..console import EXIT_OK, UserError, counts, human_bytes, out, print_json, progress
 from ..profile import ProfileError, get_tokenizer, load_profile
 from ..synthetic.mocks import IMAGEFREE_ANSWER_TOKENS, IMAGEFREE_PROMPT_TOKENS, MOCKS
 
@@ -112,7 +112,8 @@ def run(args) -> int:
         options = {"generator": args.mock or "profile", "seed": args.seed, "samples": args.samples, **opts,
                    "max_count": args.max_count, "max_size": args.max_size or None, "prefix": args.prefix}
         source = {"format": "synthetic", **src.describe()}
-        with progress("synthesizing", total=args.samples, quiet=args.quiet or args.json) as advance:
+        with progress(f"synth {args.mock or 'profile'}", total=args.samples, unit="samples",
+                      quiet=args.quiet or args.json) as advance:
             m = write_dataset(args.out, _stream(src, args.samples), kind="synth",
                               options=options, source=source, overwrite=args.overwrite, prefix=args.prefix,
                               max_count=args.max_count, max_size=args.max_size or None,
@@ -124,7 +125,7 @@ def run(args) -> int:
     summary = {"out": os.path.abspath(args.out), "generator": source, "totals": m["totals"], "seconds": round(dt, 2)}
     if args.json:
         print_json(summary)
-    elif not args.quiet:
+    else:  # -q hides progress only, never this summary
         t = Table(title=f"synthesized {args.out}", show_header=False)
         t.add_row("generator", f"{source.get('generator')} (seed {args.seed})")
         t.add_row("shards", str(m["totals"]["shards"]))
@@ -132,7 +133,7 @@ def run(args) -> int:
         t.add_row("images", str(m["totals"]["images"]))
         t.add_row("bytes", human_bytes(m["totals"]["bytes"]))
         if source.get("substitutions"):
-            t.add_row("format substitutions", str(source["substitutions"]))
+            t.add_row("format substitutions", counts(source["substitutions"]))
         t.add_row("time", f"{dt:.1f} s")
         out.print(t)
     return EXIT_OK

@@ -27,7 +27,7 @@ def run(args) -> int:
     except ManifestError as e:
         raise UserError(str(e)) from None
     try:
-        with progress("validating", total=total, quiet=args.quiet or args.json) as advance:
+        with progress("validate", total=total, unit="samples", quiet=args.quiet or args.json) as advance:
             rep = validate(args.dataset, progress=advance, decode=not args.no_decode)
     except (storage.StorageError, OSError) as e:
         raise UserError(escape(f"{storage.redact(args.dataset)}: {e}")) from None
@@ -36,7 +36,6 @@ def run(args) -> int:
     else:
         for p in rep.problems:
             err.print(str(p), markup=False, soft_wrap=True)
-        if not args.quiet:
-            status = "[green]OK[/]" if rep.ok else f"[red]{len(rep.problems)} problem(s)[/]"
-            out.print(f"{status}: {rep.shards} shards, {rep.samples} samples, {rep.images} images")
+        status = "[green]OK[/]" if rep.ok else f"[red]{len(rep.problems)} problem(s)[/]"  # printed even with -q
+        out.print(f"{status}: {rep.shards} shards, {rep.samples} samples, {rep.images} images")
     return EXIT_OK if rep.ok else EXIT_FAIL
