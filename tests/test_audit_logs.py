@@ -69,7 +69,7 @@ def test_compare_misleading_megatron():
     assert v["status"] == "MISLEADING"
     g = v["gaps"]["mock"]
     assert 1.9 < g["samples_per_s"]["ratio"] < 2.05 and 1.9 < g["tflops"]["ratio"] < 2.05
-    assert g["samples_per_s"]["lo"] > 1.1 and g["useful_tokens_per_s"] is None  # not logged
+    assert g["samples_per_s"]["lo"] > 1.1 and g["nonpad_tokens_per_s"] is None  # not logged
     assert rep["sources"]["real"]["summary"]["rates"]["tokens_per_s"] == pytest.approx(
         rep["sources"]["real"]["summary"]["rates"]["samples_per_s"] * 4096)
 
@@ -259,7 +259,7 @@ def test_no_throughput_no_dangling_separator(tmp_path):
         open(p, "w").write(text)
     v = compare_logs(*paths)["verdict"]
     assert v["status"] == "MISLEADING" and v["gaps"]["mock"]["tflops"] is None
-    assert "; )" not in v["line"] and "(limit 1.10x)" in v["line"]
+    assert "; )" not in v["line"] and "MISLEADING (limit 1.10x): mock overstates real samples/s" in v["line"]
 
 
 def test_report_content_has_no_empty_section():
@@ -271,7 +271,7 @@ def test_report_content_has_no_empty_section():
     assert [t for t, _, _ in c["tables"]][0].startswith("Per iteration")
     for _, head, rows in c["tables"]:
         assert rows and all(len(r) == len(head) and all(str(x).strip() for x in r) for r in rows)
-    assert c["plot_metrics"] == ["tflops", "samples_per_s"]  # useful tokens are not logged
+    assert c["plot_metrics"] == ["samples_per_s", "tflops"]  # non-pad tokens are not logged
     per_iter = c["tables"][0][2]
     assert per_iter[1][:2] == ["real", "1992.0"] and per_iter[0][-1] == "1.96x"
 

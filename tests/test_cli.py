@@ -114,9 +114,7 @@ def test_top_level_help_imports_no_command():
     assert heavy == "" and cmds == ""
 
 
-@pytest.mark.parametrize("name", [c if c != "audit" else pytest.param(c, marks=pytest.mark.xfail(
-    strict=True, reason="audit's parser imports SOURCES from audit.runner, which imports torch (lead: move the "
-                        "source names to a light module)")) for c in COMMANDS])
+@pytest.mark.parametrize("name", COMMANDS)
 def test_subcommand_help_imports_only_its_module(name):
     r, heavy, cmds = _help_probe(name, "--help")
     assert f"usage: vlmdata {name}" in r.stdout

@@ -102,7 +102,7 @@ def knobs(real: dict, stragglers: list[int] | None = None) -> list[dict]:
                     f"lm_head + loss take {head:.0%} of step time: the vocabulary projection over every token; "
                     "compute logits on loss tokens only or fuse the cross entropy"})
     cv = real["step_ms"].get("cv") or 0.0
-    if cv > 0.20 and (real.get("shape") or {}).get("images_per_sample"):
+    if cv > 0.20:
         out.append({"knob": "variance", "share": cv / 2, "message":
                     f"step time varies (cv {cv:.0%}): batches carry different visual work; bucket by visual "
                     "tokens or balance images across micro-batches"})
