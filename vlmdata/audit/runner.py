@@ -278,19 +278,23 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
         inputs: dict[str, Input] = {}
         censuses: dict[str, _Census] = {}
         for name in [REAL] + [s for s in cfg.sources if s != REAL]:
+            # the twin covers the census steps plus what the loader's workers prefetch beyond them
             twin_keys = {k for ks in censuses[REAL].keys for k in ks} if REAL in censuses else None
             inputs[name] = prepare_input(name, shards, profile=cfg.profile, seed=cfg.seed, model=cfg.model_family,
                                          work_dir=work_dir, twin_keys=twin_keys)
             loader, _ = _open(factory, inputs[name], cfg, workers, images="shapes")
-            censuses[name] = c = census(name, loader, horizon, workload)
+            ahead = (max(1, workers) * 2 + cfg.block) if name == REAL else 0  # DataLoader prefetch: 2 per worker
+            censuses[name] = c = census(name, loader, horizon + ahead, workload)
             if c.too_long:
                 raise AuditError(
-                    f"source {name}: {c.too_long} of {c.samples} samples in the first {horizon} steps need more "
+                    f"source {name}: {c.too_long} of {c.samples} samples in the first {len(c.items)} steps need more "
                     f"than seq_length={cfg.seq_length} tokens (the longest needs {c.longest}); use seq_length >= "
                     f"{-(-c.longest // 128) * 128}")
         epoch = censuses[REAL].epoch_steps()
         if epoch is not None:
             epoch = max(1, epoch - cfg.warmup) if cfg.warmup else epoch
+        if dist is not None:  # ranks' shares differ by a sample: one window for all (the longest epoch)
+            epoch = int(agree_max(dist, epoch or 0)) or None
         min_steps = cfg.min_steps if cfg.min_steps is not None else min(epoch or cap, cap)
         prep_s = clock() - t_prep
 
