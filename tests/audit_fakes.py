@@ -62,3 +62,64 @@ class ShapeCostWorkload:
 
     def close(self):
         pass
+
+
+class MemoryBudgetWorkload(ShapeCostWorkload):
+    """``ShapeCostWorkload`` that runs out of memory (``torch.OutOfMemoryError``) on a batch of more than
+    ``max_images`` images, in a warm-up pass or a step, like a card too small for the batch."""
+
+    def __init__(self, clock: FakeClock, max_images: int):
+        super().__init__(clock)
+        self.max_images = max_images
+
+    def _check(self, batch):
+        import torch
+
+        grid = batch["visual_inputs"].image_grid_thw
+        if grid is not None and len(grid) > self.max_images:
+            raise torch.OutOfMemoryError(f"fake: {len(grid)} images > {self.max_images}")
+
+    def warm(self, batch):
+        self._check(batch)
+        super().warm(batch)
+
+    def __call__(self, batch):
+        self._check(batch)
+        return super().__call__(batch)
+
+    def recover(self):
+        pass
+
+
+def make_tiny_batch(grids_per_sample=(((1, 8, 12),), ((1, 12, 8), (1, 4, 4))), seq_length=256):
+    """A Bridge-format batch for the reference model: Qwen chat tokens, image pad runs, random pixels."""
+    import torch
+
+    from vlmdata.audit.model import PAD_TOKEN_ID, VISION_END_TOKEN_ID, VISION_START_TOKEN_ID
+    from vlmdata.qwen import load_qwen_tokenizer
+
+    tok = load_qwen_tokenizer()
+    prompt = tok.encode("user\nDescribe this image.", add_special_tokens=False)
+    answer = tok.encode("A cat sits on a wooden table next to a cup of coffee.", add_special_tokens=False)
+    im_start, im_end = 151644, 151645
+    rows = []
+    for grids in grids_per_sample:
+        ids = [im_start]
+        for t, h, w in grids:
+            ids += [VISION_START_TOKEN_ID] + [IMAGE_TOKEN_ID] * (t * h * w // 4) + [VISION_END_TOKEN_ID]
+        ids += prompt + [im_end, im_start]
+        a0 = len(ids)
+        ids += answer + [im_end]
+        rows.append((ids, a0))
+    B, S = len(rows), seq_length
+    input_ids = torch.full((B, S), PAD_TOKEN_ID, dtype=torch.int64)
+    labels = torch.full((B, S), -100, dtype=torch.int64)
+    for b, (ids, a0) in enumerate(rows):
+        input_ids[b, : len(ids)] = torch.tensor(ids)
+        labels[b, a0 - 1: len(ids) - 1] = torch.tensor(ids[a0:])
+    grids = [g for gs in grids_per_sample for g in gs]
+    grid = torch.tensor(grids, dtype=torch.int64)
+    pv = torch.randn(int(grid.prod(-1).sum()), 1536, generator=torch.Generator().manual_seed(0))
+    return {"input_ids": input_ids, "labels": labels, "loss_mask": (labels != -100).float(),
+            "position_ids": torch.arange(S).expand(B, S).clone(),
+            "visual_inputs": {"pixel_values": pv, "image_grid_thw": grid}}

@@ -122,6 +122,24 @@ class GradAllReduce:
                 g.copy_(synced)
 
 
+def shard_fsdp(forward_module, param_dtype: torch.dtype) -> None:
+    """PyTorch FSDP2 on the reference step (``step.LossForward`` around the model): each vision block and
+    decoder layer its own unit, the vision tower's remaining parameters one unit, and the step's forward the
+    root (the token embedding, final norm and ``lm_head``: they run outside the forward of the modules that
+    hold them). Weights stay fp32 and sharded; compute runs in ``param_dtype``; gradients are
+    reduce-scattered in fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    model = forward_module.model
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    for block in model.model.visual.blocks:
+        fully_shard(block, mp_policy=mp)
+    for layer in model.model.language_model.layers:
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(model.model.visual, mp_policy=mp)
+    fully_shard(forward_module, mp_policy=mp)
+
+
 def gather(obj, info: DistInfo | None) -> list:
     """Every rank's ``obj`` (a list indexed by rank) on every rank; ``[obj]`` without a process group."""
     if info is None:

@@ -40,6 +40,10 @@ def build_report(results: list[dict], *, threshold: float, straggler_ratio: floa
               "sources": {}, "stragglers": {}}
     runs = {}
     for name in first["sources"]:
+        if first["sources"][name].get("oom") or not first["sources"][name]["records"]:
+            report["sources"][name] = {k: v for k, v in first["sources"][name].items() if k != "world_size"}
+            report["sources"][name]["summary"] = None  # ran out of memory: a result, not a figure
+            continue
         per_rank = [r["sources"][name]["records"] for r in results]
         records = per_rank[0] if world == 1 else merge_ranks(per_rank)
         src = {"summary": summarize(records, world), "records": records,
@@ -49,7 +53,7 @@ def build_report(results: list[dict], *, threshold: float, straggler_ratio: floa
             report["stragglers"][name] = find_stragglers(per_rank, straggler_ratio)
         report["sources"][name] = src
         runs[name] = {"records": records, "world_size": world, "interleaved": interleaved}
-    summaries = {k: v["summary"] for k, v in report["sources"].items()}
+    summaries = {k: v["summary"] for k, v in report["sources"].items() if v["summary"] is not None}
     flagged = sorted({r for s in report["stragglers"].values() for r in s["flagged"]})
     if "real" in runs and len(runs) > 1:
         report["verdict"] = decide(runs, summaries, threshold=threshold, stragglers=flagged, seed=seed)
@@ -64,12 +68,24 @@ def _f(v, fmt="{:.3g}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
+def measured(report: dict) -> list[tuple[str, dict]]:
+    """(name, source) of every source with figures (not out of memory)."""
+    return [(n, s) for n, s in report["sources"].items() if s.get("summary") is not None]
+
+
+def _oom_cell(src: dict) -> str:
+    return f"out of memory ({src['oom']['where']})" if src.get("oom") else "no steps"
+
+
 def source_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     head = ["source", "steps", "step ms (median [p10, p90])", *[c for _, c in RATE_COLUMNS], "data wait", "padding",
             "peak mem GB"]
     rows = []
     for name, src in report["sources"].items():
-        s = src["summary"]
+        s = src.get("summary")
+        if s is None:
+            rows.append([name, "0", _oom_cell(src)] + ["-"] * (len(head) - 3))
+            continue
         st = s["step_ms"]
         pm = s.get("peak_mem_bytes")
         rows.append([name, str(s["steps"]), f"{st['median']:.1f} [{st['p10']:.1f}, {st['p90']:.1f}]",
@@ -83,7 +99,7 @@ def shape_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     head = ["source", "images/sample", "tokens/sample (padded)", "non-pad tok/sample", "loss tok/sample",
             "visual tok/sample", "GFLOP/sample", "ms/sample", "ms per 1k non-pad tok"]
     rows = []
-    for name, src in report["sources"].items():
+    for name, src in measured(report):
         sh = src["summary"]["shape"]
         fl = sh.get("flops_per_sample")
         rows.append([name, _f(sh.get("images_per_sample")), _f(sh.get("tokens_total_per_sample")),
@@ -99,7 +115,7 @@ def measurement_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     head = ["source", "steps", "paired with real", "start-up wait ms", "epoch boundaries (steps, ms)",
             "steady data wait", "first-seen shapes in timed steps", "batches unlike the census"]
     rows = []
-    for name, src in report["sources"].items():
+    for name, src in measured(report):
         s = src["summary"]
         dw = s.get("data_wait") or {}
         eb, st = dw.get("epoch_boundary") or {}, dw.get("steady") or {}
@@ -114,10 +130,9 @@ def measurement_rows(report: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def stage_rows(report: dict) -> tuple[list[str], list[list[str]]]:
-    stages = [k for k in STAGE_ORDER if any(k in s["summary"]["stages_ms_per_sample"]
-                                            for s in report["sources"].values())]
+    stages = [k for k in STAGE_ORDER if any(k in s["summary"]["stages_ms_per_sample"] for _, s in measured(report))]
     rows = [[name, *[_f(src["summary"]["stages_ms_per_sample"].get(k), "{:.2f}") for k in stages]]
-            for name, src in report["sources"].items()]
+            for name, src in measured(report)]
     return ["source (ms per sample)", *stages], rows
 
 
@@ -148,9 +163,40 @@ def rank_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def sweep_rows(report: dict) -> tuple[list[str], list[list[str]]]:
+    """One row per configuration: each source's samples/s (or oom) and peak memory; '*' = does not fit."""
+    d = report["decisions"]
+    names = list(d["per_source"])
+    head = ["configuration", *[f"{n} samples/s" for n in names], *[f"{n} peak GB" for n in names]]
+    rows = []
+    for i, lab in enumerate(d["configs"]):
+        cells = [d["per_source"][n]["rows"][i] for n in names]
+        rate = ["oom" if c["oom"] else (_f(c["samples_per_s"]) + ("" if c["fits"] else " *")) for c in cells]
+        rows.append([lab, *rate, *[_f(c["peak_mem_gb"], "{:.1f}") for c in cells]])
+    return head, rows
+
+
+def decision_rows(report: dict) -> tuple[list[str], list[list[str]]]:
+    d = report["decisions"]
+    head = ["mock", "its best configuration", "real's best", "same", "Kendall tau (vs real)",
+            "regret (real throughput lost)"]
+    rows = []
+    for name, m in d["mocks"].items():
+        regret = m["regret"]
+        rows.append([name, m["choice"] or "-", m["real_best"] or "-", "yes" if m["same"] else "no",
+                     _f(m["kendall_tau"], "{:.2f}"),
+                     "-" if regret is None else (str(m["choice_on_real"]) if regret == float("inf") else f"{regret:.1%}")])
+    return head, rows
+
+
 def _tables(report: dict) -> list[tuple[str, tuple]]:
     if report.get("kind") == "logs":
         return [(title, (head, rows)) for title, head, rows in report_content(report)["tables"]]
+    if report.get("kind") == "sweep":
+        lim = report["decisions"].get("memory_limit_gb")
+        return [("Decisions: each mock's best configuration on real data", decision_rows(report)),
+                ("Every configuration on every source" + (f" (* = peak memory over {lim} GB)" if lim else ""),
+                 sweep_rows(report))]
     t = [("Throughput per source", source_rows(report)), ("Workload shape", shape_rows(report)),
          ("Stage split", stage_rows(report))]
     if report.get("measurement"):
@@ -171,7 +217,9 @@ def plots(report: dict) -> dict[str, bytes]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(report["sources"])
+    if report.get("kind") == "sweep":
+        return {"decisions": _sweep_plot(plt, report)}
+    names = [n for n, _ in measured(report)]
     sums = [report["sources"][n]["summary"] for n in names]
     gaps = (report.get("verdict") or {}).get("gaps", {})
     logs = report.get("kind") == "logs"
@@ -205,6 +253,30 @@ def plots(report: dict) -> dict[str, bytes]:
     if any(s["visual_tokens_per_sample"] for s in sums):
         out["visual_tokens"] = _visual_plot(plt, names, sums)
     return out
+
+
+def _sweep_plot(plt, report: dict) -> bytes:
+    """samples/s of every configuration, one bar per source; x marks out of memory, the best is starred."""
+    d = report["decisions"]
+    names, labels = list(d["per_source"]), d["configs"]
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.9 * len(labels) * max(1, len(names)) / 2), 4.2))
+    width = 0.8 / max(1, len(names))
+    for j, n in enumerate(names):
+        rows = d["per_source"][n]["rows"]
+        xs = [i + j * width for i in range(len(labels))]
+        ax.bar(xs, [r["samples_per_s"] or 0.0 for r in rows], width, label=n)
+        for x, r in zip(xs, rows):
+            if r["oom"]:
+                ax.plot(x, 0, "x", color="black")
+            elif r["config"] == d["per_source"][n]["best"]:
+                ax.plot(x, r["samples_per_s"], "*", color="black")
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(labels))])
+    ax.set_xticklabels([lab.replace(" ", "\n") for lab in labels], fontsize=6)
+    ax.set_ylabel("samples/s")
+    ax.set_title("samples/s per configuration (x: out of memory, *: the source's best)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _png(fig, plt)
 
 
 def _own_interval(records: list[dict], metric: str, world: int) -> dict | None:
@@ -299,9 +371,17 @@ def _method_line(report: dict) -> str:
 
 def _head_lines(report: dict) -> list[tuple[str, str]]:
     """(label, text) lines under the verdict: settings, environment and method of a run; workload, logs and
-    notes of a log comparison."""
+    notes of a log comparison; the grid of a sweep."""
     if report.get("kind") == "logs":
         return report_content(report)["lines"]
+    if report.get("kind") == "sweep":
+        grid = ", ".join(f"{k} {'/'.join(str(int(x) if isinstance(x, bool) else x) for x in v)}"
+                         for k, v in report["sweep"].items())
+        return [("Sweep", f"{grid} ({len(report['configs'])} configurations, every one an audit of every source)"),
+                ("Settings", _settings(report)), ("Environment", _env_line(report)),
+                ("Definitions", "regret = 1 - real throughput of the mock's best configuration / real's best; "
+                                "infinite (oom) when the mock's choice runs out of memory on real data; Kendall tau "
+                                "= rank agreement of the mock's and real's throughputs over the configurations")]
     lines = [("Settings", _settings(report)), ("Environment", _env_line(report))]
     if _method_line(report):
         lines.append(("Method", _method_line(report)))
@@ -310,13 +390,13 @@ def _head_lines(report: dict) -> list[tuple[str, str]]:
 
 def markdown(report: dict) -> str:
     v = report.get("verdict")
-    parts = ["# vlmdata audit" + (" compare" if report.get("kind") == "logs" else ""), "",
+    parts = ["# vlmdata audit" + {"logs": " compare", "sweep": " sweep"}.get(report.get("kind"), ""), "",
              f"**{v['line']}**" if v else "_no verdict (needs real and one other source)_", ""]
     for label, text in _head_lines(report):
         parts += [f"{label}: {text}" + ("" if text.endswith(".") else "."), ""]
     for title, (head, rows) in _tables(report):
         parts += [f"## {title}", "", _md_table(head, rows), ""]
-    if v and v["knobs"]:
+    if v and v.get("knobs"):
         parts += ["## Knobs (largest first)", ""] + [f"- **{k['knob']}**: {k['message']}" for k in v["knobs"]] + [""]
     if _definitions(report):
         parts += ["## Definitions", ""] + [f"- **{k}**: {t}" for k, t in _definitions(report)] + [""]
@@ -327,7 +407,7 @@ def html_page(report: dict, pngs: dict[str, bytes] | None = None) -> str:
     esc = html.escape
     v = report.get("verdict")
     colour = "#b00" if v and v["status"] == "MISLEADING" else "#070"
-    body = ["<h1>vlmdata audit" + (" compare" if report.get("kind") == "logs" else "") + "</h1>",
+    body = ["<h1>vlmdata audit" + {"logs": " compare", "sweep": " sweep"}.get(report.get("kind"), "") + "</h1>",
             f"<p style='font-size:1.2em;color:{colour}'><b>{esc(v['line'])}</b></p>" if v else
             "<p><i>no verdict</i></p>"]
     body += [f"<p><b>{esc(label)}:</b> {esc(text)}</p>" for label, text in _head_lines(report)]
@@ -336,7 +416,7 @@ def html_page(report: dict, pngs: dict[str, bytes] | None = None) -> str:
                     + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
                     + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
                     + "</table></div>")
-    if v and v["knobs"]:
+    if v and v.get("knobs"):
         body.append("<h2>Knobs (largest first)</h2><ul>" + "".join(
             f"<li><b>{esc(k['knob'])}</b>: {esc(k['message'])}</li>" for k in v["knobs"]) + "</ul>")
     for name, data in (pngs or {}).items():
@@ -358,7 +438,7 @@ def write_report(report: dict, out_dir: str, with_plots: bool = True) -> dict[st
         json.dump(report, f, indent=1, sort_keys=True, default=str)
     with open(paths["md"], "w") as f:
         f.write(markdown(report))
-    pngs = plots(report) if with_plots and report.get("sources") else None
+    pngs = plots(report) if with_plots and (report.get("sources") or report.get("kind") == "sweep") else None
     with open(paths["html"], "w") as f:
         f.write(html_page(report, pngs))
     return paths

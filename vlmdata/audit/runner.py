@@ -89,6 +89,7 @@ class AuditConfig:
     threshold: float = DEFAULT_THRESHOLD
     proxy_tolerance: float = PROXY_TOLERANCE
     warm_shapes: bool = True  # False skips the shape warm-up: only to show what it prevents
+    workload_options: dict[str, Any] = field(default_factory=dict)  # freeze_vision, recompute, parallel (sweeps)
 
     def check(self) -> None:
         check_sources(tuple(self.sources))
@@ -139,6 +140,8 @@ def _open(factory: Callable, inp: Input, cfg: AuditConfig, workers: int, images:
             **cfg.loader_options, **inp.options}
     if images is not None and opts.get("images", "decode") == "decode":  # "drop" stays "drop"
         opts["images"] = images
+    if opts.get("images", "decode") != "decode":  # planning and image-free loaders decode nothing anywhere
+        opts.pop("image_device", None)
     try:
         return factory(inp.source, **opts), opts
     except TypeError as e:
@@ -266,8 +269,16 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
 
     shards = real_shards(cfg.resolved_real())
     if workload is None:
-        workload = UserWorkload(cfg.step, device) if cfg.step else \
-            ReferenceWorkload(cfg.preset, device, logits, dist, seed=cfg.seed)
+        workload = UserWorkload(cfg.step, device, cfg.workload_options) if cfg.step else \
+            ReferenceWorkload(cfg.preset, device, logits, dist, seed=cfg.seed, **cfg.workload_options)
+    oom: dict[str, dict] = {}  # source -> where it ran out of memory (the run goes on without it)
+
+    def out_of_memory(name: str, where: str, e: BaseException) -> None:
+        if dist is not None:  # ranks cannot agree to skip a collective half-way: an OOM ends a torchrun audit
+            raise e
+        oom[name] = {"where": where, "error": str(e).splitlines()[0][:300],
+                     "peak_mem_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None}
+        workload.recover()
     result: dict[str, Any] = {
         "config": {**asdict(cfg), "sources": list(cfg.sources), "logits": logits, "num_workers": workers,
                    "real": cfg.resolved_real(), "max_steps": cap},
@@ -305,24 +316,35 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
         first = censuses[REAL].batches[0]
         t_w = clock()
         workload.begin_step()
-        workload(materialize(first))
+        try:
+            workload(materialize(first))
+        except torch.OutOfMemoryError as e:
+            out_of_memory(REAL, "first training step", e)
         warm_stats["seconds"] += clock() - t_w
         warm_stats["full_steps"] = 1
 
         def warm_up(indices: dict[str, range]) -> None:
             """Warm every shape item the given census steps bring that nothing warmed yet (untimed)."""
-            todo = []
+            todo: list[tuple[str, dict]] = []
             if not cfg.warm_shapes:
                 return
             for name, idx in indices.items():
+                if name in oom:
+                    continue
                 for i in idx:
                     if censuses[name].items[i] - warmed:
-                        todo.append(censuses[name].batches[i])
+                        todo.append((name, censuses[name].batches[i]))
                         warmed.update(censuses[name].items[i])
             n = int(agree_max(dist, len(todo)))  # every rank runs the same number of warm-up steps
             t = clock()
             for i in range(n):
-                workload.warm(materialize(todo[min(i, len(todo) - 1)] if todo else first))
+                name, batch = todo[min(i, len(todo) - 1)] if todo else (REAL, first)
+                if name in oom:
+                    continue
+                try:
+                    workload.warm(materialize(batch))
+                except torch.OutOfMemoryError as e:
+                    out_of_memory(name, "warm-up", e)
             dt = clock() - t
             warm_stats["batches"] += n
             warm_stats["seconds"] += dt
@@ -370,6 +392,9 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
                              for name in cfg.sources})
                 for name in [cfg.sources[(rounds + j) % n] for j in range(n)]:
                     for j in range(cfg.block):
+                        if name in oom:
+                            advance(1)
+                            continue
                         k = done + j
                         idx = cfg.warmup + k
                         t0 = clock()
@@ -379,7 +404,13 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
                             batch, kind = _next(its[name], name, idx, horizon), "steady"
                         t1 = clock()
                         workload.begin_step()
-                        r = workload(batch)
+                        try:
+                            r = workload(batch)
+                        except torch.OutOfMemoryError as e:
+                            out_of_memory(name, f"step {k}", e)
+                            records[name] = []
+                            advance(1)
+                            continue
                         t2 = clock()
                         items = workload.shape_items(batch)
                         new = items - warmed
@@ -397,14 +428,23 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
                 done += cfg.block
                 rounds += 1
                 elapsed = clock() - t_measure - warm_stats["in_rounds"]  # the budget counts measuring only
-                stop_reason = _stop(records, cfg, world, done, cap, min_steps, epoch, elapsed)
+                measured = {k: v for k, v in records.items() if k not in oom}
+                if not measured:
+                    stop_reason = "out_of_memory"
+                elif REAL in oom or len(measured) < 2:  # no gap to settle: the others' figures still count
+                    stop_reason = "out_of_memory" if done >= min(min_steps, cap) else None
+                else:
+                    stop_reason = _stop(measured, cfg, world, done, cap, min_steps, epoch, elapsed)
                 if dist is not None:  # every rank stops together
                     stop_reason = _agree_stop(dist, stop_reason)
         measure_s = clock() - t_measure - warm_stats["in_rounds"]
         window = _window(done, epoch)
         records = {name: recs[:window] for name, recs in records.items()}
-        _, open_items = settled(_runs(records, world), threshold=cfg.threshold, proxy_tolerance=cfg.proxy_tolerance,
-                                precision=cfg.precision, seed=cfg.seed)
+        measured = {k: v for k, v in records.items() if k not in oom}
+        open_items = []
+        if REAL in measured and len(measured) > 1:
+            _, open_items = settled(_runs(measured, world), threshold=cfg.threshold,
+                                    proxy_tolerance=cfg.proxy_tolerance, precision=cfg.precision, seed=cfg.seed)
         for name in cfg.sources:
             stats = getattr(live[name], "stats", None)
             if stats is not None and hasattr(stats, "to_json"):
@@ -416,7 +456,8 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
                 "startup_wait_ms": startup.get(name),
                 "census": {"steps": len(c.items), "samples": c.samples, "longest_tokens": c.longest,
                            "mismatched_steps": sum(1 for r in records[name] if r["census_match"] is False)},
-                "pairing": _pairing(records[name], records[REAL]) if inputs[name].paired else None}
+                "pairing": _pairing(records[name], records[REAL]) if inputs[name].paired and REAL not in oom else None,
+                "oom": oom.get(name)}
         result["measurement"] = {
             "method": "interleaved", "block": cfg.block, "rounds": rounds, "steps_run": done,
             "steps_per_source": window, "real_epoch_steps": epoch, "stop": stop_reason, "open": open_items,

@@ -161,6 +161,24 @@ def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.
     return (ce * m).sum() / m.sum().clamp(min=1.0)
 
 
+class LossForward(torch.nn.Module):
+    """The step's forward as one module: the model on the batch, ``lm_head`` (over all tokens or the loss
+    tokens only) and Bridge's masked loss. One module so that FSDP2 can wrap it as its single root (the
+    embedding and ``lm_head`` run outside the forward of the modules that hold them)."""
+
+    def __init__(self, model, logits: str = "all"):
+        super().__init__()
+        self.model, self.logits = model, logits
+
+    def forward(self, ids, labels, lmask, am, pos, pv, grid):
+        hidden = self.model.model(input_ids=ids, attention_mask=am, position_ids=pos, pixel_values=pv,
+                                  image_grid_thw=grid if pv is not None else None, use_cache=False).last_hidden_state
+        if self.logits == "loss":  # boolean indexing: a device sync on CUDA
+            sel = lmask > 0
+            hidden, labels, lmask = hidden[sel], labels[sel], lmask[sel]
+        return masked_lm_loss(self.model.lm_head(hidden), labels, lmask)
+
+
 class MasterAdamW:
     """AdamW on fp32 master copies of low-precision (bf16) parameters, Megatron-style.
 
@@ -206,7 +224,7 @@ class TrainStep:
     def __init__(self, model, optimizer: torch.optim.Optimizer | None = None, *, lr: float = 1e-4,
                  weight_decay: float = 0.0, clip_grad: float | None = 1.0,
                  master_weights: bool | None = None, check: bool = True, logits: str = "all",
-                 after_backward=None):
+                 after_backward=None, forward_module: LossForward | None = None):
         p = next(model.parameters())
         self.after_backward = after_backward  # e.g. the data-parallel gradient all-reduce (timed in backward)
         self.model, self.device = model, p.device
@@ -221,6 +239,7 @@ class TrainStep:
         if logits not in ("all", "loss"):
             raise ValueError(f"logits must be 'all' or 'loss', got {logits!r}")
         self.optimizer, self.clip_grad, self.check, self.logits = optimizer, clip_grad, check, logits
+        self.forward_module = forward_module or LossForward(model, logits)  # FSDP passes its sharded root
         self.marks = _Marks(self.cuda)
         vis = model.model.visual
         pre = lambda name: (lambda mod, args: self.marks(name))  # noqa: E731
@@ -258,13 +277,7 @@ class TrainStep:
         am, pos = _to(batch.get("attention_mask"), dev), _to(pos, dev)
         pv, grid = _to(_get(vis, "pixel_values"), dev), _to(_get(vis, "image_grid_thw"), dev)
         self.marks("h2d_end")
-        hidden = model.model(input_ids=ids, attention_mask=am, position_ids=pos, pixel_values=pv,
-                             image_grid_thw=grid if pv is not None else None,
-                             use_cache=False).last_hidden_state
-        if self.logits == "loss":  # boolean indexing: a device sync on CUDA
-            sel = lmask > 0
-            hidden, labels, lmask = hidden[sel], labels[sel], lmask[sel]
-        loss = masked_lm_loss(model.lm_head(hidden), labels, lmask)
+        loss = self.forward_module(ids, labels, lmask, am, pos, pv, grid)
         self.marks("fwd_end")
         return loss
 

@@ -11,7 +11,15 @@ A workload is called once per measured step with a Bridge-format batch and retur
 - ``warm(batch)``: run the batch untimed so that every such setup happens (reference: forward + backward,
   no gradient sync, no optimizer step, weights untouched; user step: one call);
 - ``begin_step()``: reset per-step state (the CUDA peak-memory counter);
-- ``flops(batch)``: model FLOPs and token counts of the batch (``vlmdata.audit.flops``).
+- ``flops(batch)``: model FLOPs and token counts of the batch (``vlmdata.audit.flops``);
+- ``recover()``: after an out-of-memory error, drop gradients and cached blocks so the run can go on.
+
+The reference workload takes the tuning decisions a sweep varies (``WORKLOAD_OPTIONS``):
+``freeze_vision`` (vision tower and projector without gradients or optimizer state), ``recompute``
+("none"; "selective": activation checkpointing of every attention and MoE block, decoder and vision;
+"full": of every whole layer and vision block) and, under torchrun, ``parallel`` ("ddp": replicated
+weights, gradients averaged after backward; "fsdp": PyTorch FSDP2 ``fully_shard`` of every decoder layer
+and vision block, fp32 sharded weights computed in bf16, gradients reduce-scattered in fp32).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import time
 from dataclasses import replace
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from .flops import count_tokens, step_flops
 from .inputs import AuditError
@@ -60,6 +69,39 @@ def shape_items(batch: dict, loss_tokens: bool = False) -> frozenset:
     return frozenset(items)
 
 
+RECOMPUTE = ("none", "selective", "full")
+PARALLEL = ("ddp", "fsdp")
+WORKLOAD_OPTIONS = ("freeze_vision", "recompute", "parallel")  # what a sweep may vary besides micro_batch_size
+
+
+def _checkpointed(module) -> None:
+    """Make ``module`` recompute its forward in backward (non-reentrant activation checkpointing)."""
+    forward = module.forward
+
+    def recomputed(*args, **kwargs):
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    module.forward = recomputed
+
+
+def apply_recompute(model, mode: str) -> int:
+    """Activation checkpointing on the reference model; returns how many modules recompute.
+    "selective": each decoder layer's attention and MoE block and each vision block's attention;
+    "full": each whole decoder layer and vision block; "none": nothing."""
+    if mode not in RECOMPUTE:
+        raise AuditError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {mode!r}")
+    layers, blocks = model.model.language_model.layers, model.model.visual.blocks
+    if mode == "full":
+        targets = [*layers, *blocks]
+    elif mode == "selective":
+        targets = [m for layer in layers for m in (layer.self_attn, layer.mlp)] + [b.attn for b in blocks]
+    else:
+        targets = []
+    for m in targets:
+        _checkpointed(m)
+    return len(targets)
+
+
 def materialize(batch: dict) -> dict:
     """``batch`` with its pixel rows in memory (shapes-only batches carry a zero-stride view)."""
     v = batch.get("visual_inputs")
@@ -75,19 +117,38 @@ class ReferenceWorkload:
     """The built-in Qwen3-VL-MoE model (``build_model``) trained by ``TrainStep``; gradients averaged over
     ranks under torchrun."""
 
-    def __init__(self, preset: str, device: str, logits: str, dist=None, seed: int = 0):
+    def __init__(self, preset: str, device: str, logits: str, dist=None, seed: int = 0, *,
+                 freeze_vision: bool = False, recompute: str = "none", parallel: str = "ddp"):
         from .model import build_model, model_summary
         from .step import TrainStep
 
-        self.model = build_model(preset, device, seed=seed)
+        if parallel not in PARALLEL:
+            raise AuditError(f"parallel must be one of {', '.join(PARALLEL)}, got {parallel!r}")
+        fsdp = parallel == "fsdp" and dist is not None and dist.world_size > 1
+        cuda = torch.device(device).type == "cuda"
+        # FSDP keeps fp32 sharded weights and computes in bf16 (its mixed-precision policy)
+        self.model = build_model(preset, device, dtype=torch.float32 if fsdp else None, seed=seed)
+        if freeze_vision:  # vision tower + projector: no gradients, no optimizer state
+            self.model.model.visual.requires_grad_(False)
+        self.recomputed = apply_recompute(self.model, recompute)
         self.summary = model_summary(self.model)
         self.config, self.logits = self.model.config, logits
-        sync = None
-        if dist is not None and dist.world_size > 1:
+        self.options = {"freeze_vision": bool(freeze_vision), "recompute": recompute,
+                        "parallel": parallel if dist is not None and dist.world_size > 1 else None}
+        sync, optimizer, forward = None, None, None
+        if fsdp:
+            from .distributed import shard_fsdp
+            from .step import LossForward
+
+            forward = LossForward(self.model, logits)
+            shard_fsdp(forward, torch.bfloat16 if cuda else torch.float32)
+            optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=1e-4,
+                                          weight_decay=0.0)
+        elif dist is not None and dist.world_size > 1:
             from .distributed import GradAllReduce
 
             sync = GradAllReduce(self.model, dist)
-        self.step = TrainStep(self.model, logits=logits, after_backward=sync)
+        self.step = TrainStep(self.model, optimizer, logits=logits, after_backward=sync, forward_module=forward)
         self.name = f"reference:{preset}"
 
     def shape_items(self, batch: dict) -> frozenset:
@@ -102,11 +163,17 @@ class ReferenceWorkload:
     def __call__(self, batch: dict) -> dict:
         return self.step(batch)
 
+    def recover(self) -> None:
+        self.step.optimizer.zero_grad(set_to_none=True)
+        if self.step.cuda:
+            torch.cuda.empty_cache()
+
     def flops(self, batch: dict) -> dict:
         return step_flops(self.config, batch, logits=self.logits)
 
     def describe(self) -> dict:
-        return {"kind": "reference", "name": self.name, "logits": self.logits, "model": self.summary}
+        return {"kind": "reference", "name": self.name, "logits": self.logits, "model": self.summary,
+                "options": self.options, "recomputed_modules": self.recomputed}
 
     def close(self) -> None:
         self.step.close()
@@ -117,7 +184,8 @@ class UserWorkload:
     ``times_ms`` (stage times, with ``total``), ``flops`` (model FLOPs of the step) and ``peak_mem_bytes``;
     otherwise the step is timed as one block and TFLOP/s are not reported. Warming calls it once."""
 
-    def __init__(self, spec: str, device: str):
+    def __init__(self, spec: str, device: str, options: dict | None = None):
+        self.options = dict(options or {})  # sweep values, passed to the function as keyword arguments
         mod_name, _, fn_name = spec.partition(":")
         if not mod_name or not fn_name:
             raise AuditError(f"step must be module:function, got {spec!r}")
@@ -135,7 +203,7 @@ class UserWorkload:
         return shape_items(batch)
 
     def warm(self, batch: dict) -> None:
-        self.fn(batch)
+        self.fn(batch, **self.options)
         if self.cuda:
             torch.cuda.synchronize()
 
@@ -147,7 +215,7 @@ class UserWorkload:
         if self.cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        ret = self.fn(batch)
+        ret = self.fn(batch, **self.options)
         if self.cuda:
             torch.cuda.synchronize()
         ms = (time.perf_counter() - t0) * 1e3
@@ -162,8 +230,12 @@ class UserWorkload:
         out["total_flops"] = self._last.get("flops")
         return out
 
+    def recover(self) -> None:
+        if self.cuda:
+            torch.cuda.empty_cache()
+
     def describe(self) -> dict:
-        return {"kind": "user", "name": self.name}
+        return {"kind": "user", "name": self.name, **({"options": self.options} if self.options else {})}
 
     def close(self) -> None:
         pass

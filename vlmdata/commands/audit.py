@@ -143,6 +143,14 @@ def add_parser(sub):
     p.add_argument("--threads", type=_positive, help="torch CPU threads (default: torch's)")
     p.add_argument("-o", "--out", help="write report.json, report.md and report.html (and the synthetic twin) here")
     p.add_argument("--json", action="store_true", help="print the report (without per-step records) as JSON")
+    p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+                   help="run every configuration of a grid on every source and report which tuning decisions each "
+                        "mock gets wrong; repeatable (the grid is the product). Keys: micro_batch_size, "
+                        "freeze_vision (0/1), recompute (none/selective/full), parallel (ddp/fsdp, under torchrun); "
+                        "any key for --step (passed as keyword arguments)")
+    p.add_argument("--memory-limit-gb", type=float, metavar="GB",
+                   help="with --sweep: configurations whose measured peak memory exceeds this do not fit "
+                        "(a smaller card)")
     cs = p.add_subparsers(dest="audit_command", metavar="{compare}")
     c = cs.add_parser("compare", help="verdict from two Megatron-LM / Bridge training logs", epilog=COMPARE_EXIT_HELP,
                       formatter_class=argparse.RawDescriptionHelpFormatter, description=(
@@ -240,11 +248,14 @@ def run(args) -> int:
     show_progress = main and not (args.quiet or args.json)
     try:
         bar = lambda total: progress("audit: " + ", ".join(cfg.sources), total, quiet=not show_progress)  # noqa: E731
+        build = lambda res: build_report(gather(res, info), threshold=args.threshold, seed=cfg.seed)  # noqa: E731
         try:
-            result = run_audit(cfg, out_dir=args.out, dist=info, progress=bar)
+            if args.sweep:
+                report = _sweep(cfg, args, info, build, bar, show_progress)
+            else:
+                report = build(run_audit(cfg, out_dir=args.out, dist=info, progress=bar))
         except AuditError as e:
             raise UserError(flags_for(str(e))) from None
-        report = build_report(gather(result, info), threshold=args.threshold, seed=cfg.seed)
         report["wall_s"] = time.perf_counter() - t0
         if main:
             _emit(report, args)
@@ -258,6 +269,20 @@ def run(args) -> int:
     if not main:
         return EXIT_OK  # rank 0 carries the verdict; torchrun then reports its code (as 1)
     return EXIT_MISLEADING if v and v["status"] == "MISLEADING" else EXIT_OK
+
+
+def _sweep(cfg, args, info, build, bar, show_progress) -> dict:
+    from ..audit.decisions import label
+    from ..audit.sweep import parse_sweep, run_sweep
+
+    sweep = parse_sweep(args.sweep, user_step=bool(cfg.step), distributed=info is not None)
+
+    def announce(i: int, n: int, values: dict) -> None:
+        if show_progress:
+            err.print(f"configuration {i + 1}/{n}: {label(values)}", highlight=False)
+
+    return run_sweep(cfg, sweep, build=build, out_dir=args.out, dist=info, memory_limit_gb=args.memory_limit_gb,
+                     progress=bar, on_config=announce)
 
 
 def run_compare(args) -> int:
@@ -306,15 +331,21 @@ def _emit(report: dict, args) -> None:
         paths = write_report(report, args.out)
     if args.json:
         print_json({**report, "sources": {k: {kk: vv for kk, vv in v.items() if kk != "records"}
-                                          for k, v in report["sources"].items()}})
+                                          for k, v in report["sources"].items()}} if "sources" in report else report)
         return
     if not getattr(args, "quiet", False):
-        out.print(_table(report))
+        if report.get("kind") == "sweep":
+            from ..audit.report import decision_rows, sweep_rows
+
+            for title, (head, rows) in (("configurations", sweep_rows(report)), ("decisions", decision_rows(report))):
+                out.print(table(title, head, rows))
+        else:
+            out.print(_table(report))
     v = report["verdict"]
     if v:
         colour = "bold red" if v["status"] == "MISLEADING" else "bold green"
         out.print(f"[{colour}]{v['line']}[/]", soft_wrap=True)
-        for k in v["knobs"][:3]:
+        for k in (v.get("knobs") or [])[:3]:
             out.print(f"  - {k['message']}", soft_wrap=True, highlight=False)
     for name, st in (report.get("stragglers") or {}).items():
         if st["flagged"]:
@@ -342,6 +373,9 @@ def _table(report: dict) -> Table:
     f = lambda x, fmt="{:.3g}": "-" if x is None else fmt.format(x)  # noqa: E731
     for name, src in report["sources"].items():
         s = src["summary"]
+        if s is None:  # ran out of memory
+            t.add_row(name, "0", "out of memory", *["-"] * 6)
+            continue
         g = gaps.get(name, {}).get("samples_per_s")
         rel = "1" if name == "real" else ("-" if not g else f"{g['ratio']:.2f}x")
         t.add_row(name, str(s["steps"]), f"{s['step_ms']['median']:.0f}", f(s["rates"]["samples_per_s"]),

@@ -25,10 +25,12 @@ from .collate import Collator, Processed
 from .pipeline import (BadSampleError, Consumed, Plan, SampleRef, ShardReader, Stats, parse_raw, record_skip,
                        scan_shard)
 from .tokenize import ChatTokenizer
+from .device_images import defer_image, finish_batch
 from .vision import preprocess_any, preprocess_shape
 
 MOCK_NAMES = ("imagefree", "bridge-noise")
-IMAGE_MODES = ("decode", "shapes", "drop")  # SampleProcessor / make_loader ``images``
+IMAGE_MODES = ("decode", "shapes", "drop")  # make_loader ``images``
+PROCESSOR_MODES = (*IMAGE_MODES, "device")  # + "device": decode left to the training device (image_device)
 
 
 # ----------------------------------------------------------------------------- sources
@@ -112,19 +114,20 @@ class SampleProcessor:
     """Sample -> Processed (pixel rows, grids, token ids, labels, loss mask). Picklable.
 
     ``images``: "decode" (the real path), "shapes" (no decode: grids from the image headers, zero pixel
-    rows; the batches' shapes and token ids equal the decoded ones) or "drop" (the image-free view: image
-    parts removed from the conversation, no pixels)."""
+    rows; the batches' shapes and token ids equal the decoded ones), "drop" (the image-free view: image
+    parts removed from the conversation, no pixels) or "device" (grids planned here, decode and
+    preprocessing left to the training device: ``vlmdata.loaders.device_images``)."""
 
     def __init__(self, chat: ChatTokenizer, model: str, min_pixels: int, max_pixels: int, resize: str = "bridge",
                  exact_images: bool = False, images: str = "decode"):
-        if images not in IMAGE_MODES:
+        if images not in PROCESSOR_MODES:
             raise ValueError(f"images must be one of {IMAGE_MODES}, got {images!r}")
         self.chat, self.spec = chat, get_spec(model)
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.resize, self.exact_images, self.images = resize, exact_images, images
 
     def __call__(self, sample: Sample) -> Processed:
-        pvs, grids = [], []
+        pvs, grids, deferred = [], [], []
         conversation = sample.conversation
         if self.images == "drop":
             conversation = without_images(conversation)
@@ -133,6 +136,9 @@ class SampleProcessor:
                 try:
                     if self.images == "shapes":
                         pv, g = preprocess_shape(img, self.spec, self.min_pixels, self.max_pixels, self.resize)
+                    elif self.images == "device":
+                        pv, g, item = defer_image(img, self.spec, self.min_pixels, self.max_pixels, self.resize)
+                        deferred.append(item)
                     else:
                         pv, g = preprocess_any(img, self.spec, self.min_pixels, self.max_pixels, self.resize,
                                                self.exact_images)
@@ -145,7 +151,7 @@ class SampleProcessor:
             row = self.chat.tokenize(conversation, [self.chat.image_tokens(g) for g in grids])
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise BadSampleError(f"conversation unusable: {e}", key=sample.key, reason="bad_conversation") from e
-        return Processed(sample.key, row, pvs, grids)
+        return Processed(sample.key, row, pvs, grids, deferred)
 
 
 # ----------------------------------------------------------------------------- iterable dataset
@@ -274,8 +280,9 @@ class VlmLoader:
     no batch at all raises ``EmptyEpochError`` (an endless loader would otherwise spin forever)."""
 
     def __init__(self, stream: _Stream, num_workers: int, num_epochs: int | None, prefetch_factor: int = 2,
-                 pin_memory: bool = False):
+                 pin_memory: bool = False, image_device: str | None = None):
         self.stream = stream
+        self.image_device = image_device  # finish each batch's images there (device_images)
         self.num_workers = num_workers
         self.num_epochs = num_epochs
         self.prefetch_factor, self.pin_memory = prefetch_factor, pin_memory
@@ -367,6 +374,8 @@ class VlmLoader:
             self.last_keys, self.last_epoch, self.last_lengths = meta.keys, meta.epoch, meta.lengths
             self.stats.samples += meta.samples
             self.stats.batches += 1
+            if self.image_device is not None:
+                batch = finish_batch(batch, self.stream.processor.spec, self.image_device)
             yield batch
         # a finite run ends with every epoch consumed
         self._progress.clear()
@@ -397,7 +406,7 @@ def make_loader(source: Any, model: str = "qwen3-vl", tokenizer=None, seq_length
                 on_error: str = "skip", num_epochs: int | None = 1, epoch_samples: int = 10_000,
                 resize: str = "bridge", exact_images: bool = False, chat_template: str | None = None,
                 bridge_visual_inputs: bool = False, drop_last: bool = False, pin_memory: bool = False,
-                prefetch_factor: int = 2, images: str = "decode") -> VlmLoader:
+                prefetch_factor: int = 2, images: str = "decode", image_device: str | None = None) -> VlmLoader:
     """A loader of Megatron Bridge Qwen-VL batches.
 
     source: a shard dir / glob / .tar list, a synthetic profile .json, "imagefree" / "bridge-noise", or
@@ -415,7 +424,13 @@ def make_loader(source: Any, model: str = "qwen3-vl", tokenizer=None, seq_length
     images: "decode" (default), "shapes" (no decode: exact shapes and token ids, zero pixels; for planning
         and warm-up: a row longer than seq_length is truncated without raising, ``loader.last_lengths`` gives
         the untruncated lengths) or "drop" (the image-free view of the source: image parts removed, no image I/O).
+    image_device: e.g. "cuda": decode (nvJPEG, batched) and preprocess the images on that device in the
+        training process instead of in the workers (``vlmdata.loaders.device_images``; needs torchvision
+        there); only with images="decode". Pixel values then come on the device, within the fast path's
+        tolerance of Bridge's.
     """
+    if image_device is not None and images != "decode":
+        raise ValueError(f"image_device works with images='decode' only, got images={images!r}")
     if on_error not in ("skip", "raise"):
         raise ValueError(f"on_error must be 'skip' or 'raise', got {on_error!r}")
     if rank is None or world_size is None:
@@ -436,10 +451,11 @@ def make_loader(source: Any, model: str = "qwen3-vl", tokenizer=None, seq_length
                         pad_to_max_length=pad_to_max_length, pad_to_multiple_of=pad_to_multiple_of, packing=packing,
                         packing_pad_to_multiple_of=packing_pad_to_multiple_of, bridge_visual_inputs=bridge_visual_inputs,
                         strict=images != "shapes")  # planning batches never raise; ``last_lengths`` tells
-    processor = SampleProcessor(chat, model, min_pixels, max_pixels, resize, exact_images, images)
+    processor = SampleProcessor(chat, model, min_pixels, max_pixels, resize, exact_images,
+                                "device" if image_device is not None else images)
     stream = _Stream(kind, payload, plan, processor, collator, rank=rank, world=world_size, num_workers=num_workers,
                      micro_batch_size=micro_batch_size, on_error=on_error, drop_last=drop_last)
-    return VlmLoader(stream, num_workers, num_epochs, prefetch_factor, pin_memory)
+    return VlmLoader(stream, num_workers, num_epochs, prefetch_factor, pin_memory, image_device)
 
 
 def process_samples(samples: list[Sample], model: str = "qwen3-vl", tokenizer=None, **kw) -> dict:

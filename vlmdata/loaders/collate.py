@@ -15,12 +15,14 @@ Packed (``enable_in_batch_packing``, Bridge ``build_mcore_thd_sequence_batch_fro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
 
 from .tokenize import IGNORE_INDEX, TokenizedRow
+
+DEFERRED_KEY = "deferred_images"  # images left for the training device: see vlmdata.loaders.device_images
 
 
 @dataclass
@@ -165,6 +167,7 @@ class Processed:
     row: TokenizedRow
     pixel_values: list[np.ndarray]
     grids: list[tuple[int, int, int]]
+    deferred: list = field(default_factory=list)  # images left for the training device (device_images)
 
 
 class Collator:
@@ -193,8 +196,13 @@ class Collator:
             visual = visual.to_bridge()
         rows = [i.row for i in items]
         if self.packing:
-            return collate_packed(rows, visual, seq_length=self.seq_length,
-                                  pad_to_multiple_of=self.packing_pad_to_multiple_of)
-        return collate_padded(rows, visual, pad_token_id=self.pad_token_id, seq_length=self.seq_length,
-                              pad_to_max_length=self.pad_to_max_length, pad_to_multiple_of=self.pad_to_multiple_of,
-                              strict=self.strict)
+            batch = collate_packed(rows, visual, seq_length=self.seq_length,
+                                   pad_to_multiple_of=self.packing_pad_to_multiple_of)
+        else:
+            batch = collate_padded(rows, visual, pad_token_id=self.pad_token_id, seq_length=self.seq_length,
+                                   pad_to_max_length=self.pad_to_max_length,
+                                   pad_to_multiple_of=self.pad_to_multiple_of, strict=self.strict)
+        deferred = [d for i in items for d in i.deferred]
+        if deferred:
+            batch[DEFERRED_KEY] = deferred
+        return batch

@@ -1,0 +1,181 @@
+"""``vlmdata audit --sweep KEY=V1,V2``: every configuration of a grid, on every source, the same way.
+
+Keys on the reference workload (``SWEEP_KEYS``): ``micro_batch_size`` (the loader's), ``freeze_vision``
+(0/1), ``recompute`` (none | selective | full) and, under torchrun, ``parallel`` (ddp | fsdp); the grid is
+the product of the sweeps. A user ``--step module:function`` workload receives every sweep value as a
+keyword argument (any key). Each configuration is one full audit (``run_audit``: paired sources, every
+shape warmed, interleaved rounds) with a model built for it; a source that runs out of memory is a result
+(``oom``), not a crash, and the sweep goes on. ``decisions.decide_configs`` then ranks the configurations
+per source and says which decisions each mock gets wrong.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import os
+from dataclasses import asdict, replace
+from typing import Any, Callable
+
+import torch
+
+from .decisions import decide_configs, label
+from .inputs import AuditError
+from .runner import AuditConfig, run_audit
+from .workloads import PARALLEL, RECOMPUTE
+
+SWEEP_KEYS = ("micro_batch_size", "freeze_vision", "recompute", "parallel")
+
+
+def _bool(v: str) -> bool:
+    low = v.strip().lower()
+    if low in ("0", "false", "no", "off"):
+        return False
+    if low in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{v!r} is not 0 or 1")
+
+
+def _scalar(v: str):
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return v
+
+
+def parse_sweep(items: list[str], *, user_step: bool = False, distributed: bool = False) -> dict[str, list]:
+    """``["micro_batch_size=1,2,4", "recompute=none,selective"]`` -> ``{key: [values]}`` (typed, checked).
+
+    Any key is accepted for a user step (values int, float or str); the reference workload takes
+    ``SWEEP_KEYS``, ``parallel`` only under torchrun."""
+    sweep: dict[str, list] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        key = key.strip()
+        vals = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not key or not vals:
+            raise AuditError(f"sweep needs KEY=V1,V2,..., got {item!r}")
+        if key in sweep:
+            raise AuditError(f"sweep key {key!r} given twice")
+        try:
+            if key == "micro_batch_size":
+                typed = [int(v) for v in vals]
+                if min(typed) < 1:
+                    raise ValueError("micro_batch_size must be >= 1")
+            elif key == "freeze_vision":
+                typed = [_bool(v) for v in vals]
+            elif key == "recompute":
+                typed = vals
+                if set(vals) - set(RECOMPUTE):
+                    raise ValueError(f"recompute takes {', '.join(RECOMPUTE)}")
+            elif key == "parallel":
+                typed = vals
+                if set(vals) - set(PARALLEL):
+                    raise ValueError(f"parallel takes {', '.join(PARALLEL)}")
+                if not distributed and not user_step:
+                    raise ValueError("parallel needs several ranks (torchrun --nproc-per-node N)")
+            elif user_step:
+                typed = [_scalar(v) for v in vals]
+            else:
+                raise ValueError(f"the reference workload sweeps {', '.join(SWEEP_KEYS)}")
+        except ValueError as e:
+            raise AuditError(f"sweep {key}: {e}") from None
+        sweep[key] = typed
+    return sweep
+
+
+def grid(sweep: dict[str, list]) -> list[dict[str, Any]]:
+    """Every combination, the first key varying slowest."""
+    keys = list(sweep)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(sweep[k] for k in keys))]
+
+
+def _compact(report: dict) -> dict:
+    """A configuration's report without per-step records (the sweep keeps summaries and the verdict)."""
+    out = {k: v for k, v in report.items() if k not in ("sources", "environment")}
+    out["sources"] = {n: {k: v for k, v in s.items() if k not in ("records", "per_rank")}
+                      for n, s in report["sources"].items()}
+    return out
+
+
+def cells(report: dict) -> dict[str, dict]:
+    """Per source: rates, peak memory, oom (what ``decide_configs`` reads)."""
+    out = {}
+    for name, src in report["sources"].items():
+        s = src.get("summary")
+        oom = src.get("oom")
+        out[name] = {"oom": bool(oom), "rates": (s or {}).get("rates") or {},
+                     "peak_mem_bytes": (s or {}).get("peak_mem_bytes") if s else (oom or {}).get("peak_mem_bytes")}
+    return out
+
+
+def run_sweep(cfg: AuditConfig, sweep: dict[str, list], *, build: Callable[[dict], dict], out_dir: str | None = None,
+              dist=None, memory_limit_gb: float | None = None,
+              workload_factory: Callable[[dict], Any] | None = None,
+              on_config: Callable[[int, int, dict], None] | None = None, **run_kwargs) -> dict:
+    """Run every configuration of ``sweep`` and decide.
+
+    Args:
+        cfg: the audit settings every configuration starts from.
+        sweep: ``parse_sweep``'s result.
+        build: turns ``run_audit``'s result into a report (``report.build_report`` after gathering ranks).
+        out_dir: generated inputs of configuration i go to ``out_dir/config-i``.
+        dist: ``distributed.DistInfo`` under torchrun.
+        memory_limit_gb: mark configurations whose peak memory exceeds it as not fitting.
+        workload_factory: ``values -> workload`` instead of the one each configuration names (tests).
+        on_config: called with (index, count, values) before each configuration.
+        run_kwargs: passed to ``run_audit`` (progress, clock, loader_factory).
+
+    Returns:
+        ``{"kind": "sweep", "sweep", "configs": [{"values", "label", "report"}], "decisions"}``.
+    """
+    configs = grid(sweep)
+    results = []
+    environment = workload = None
+    for i, values in enumerate(configs):
+        if on_config:
+            on_config(i, len(configs), values)
+        workload_values = {k: v for k, v in values.items() if k != "micro_batch_size"}
+        c = replace(cfg, micro_batch_size=values.get("micro_batch_size", cfg.micro_batch_size),
+                    workload_options={**cfg.workload_options, **(values if cfg.step else workload_values)})
+        sub = os.path.join(out_dir, f"config-{i}") if out_dir else None
+        kwargs = dict(run_kwargs)
+        if workload_factory is not None:
+            kwargs["workload"] = workload_factory(values)
+        try:
+            report = build(run_audit(c, out_dir=sub, dist=dist, **kwargs))
+            environment = environment or report.get("environment")
+            workload = workload or report.get("workload")
+        except torch.OutOfMemoryError as e:  # e.g. the model itself does not fit: every source is oom
+            if dist is not None:
+                raise
+            report = {"sources": {s: {"summary": None, "oom": {"where": "model", "error": str(e).splitlines()[0]}}
+                                  for s in cfg.sources}, "verdict": None}
+        results.append({"values": values, "label": label(values), "report": _compact(report)})
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    decisions = decide_configs([{"values": r["values"], "sources": cells(r["report"])} for r in results],
+                               threshold=cfg.threshold, memory_limit_gb=memory_limit_gb)
+    return {"schema": "vlmdata.audit/2", "kind": "sweep", "config": {**asdict(cfg), "sources": list(cfg.sources)},
+            "environment": environment, "workload": workload, "sweep": {k: list(v) for k, v in sweep.items()},
+            "configs": results, "decisions": decisions, "verdict": sweep_verdict(results, decisions)}
+
+
+def sweep_verdict(results: list[dict], decisions: dict) -> dict:
+    """MISLEADING when a mock's choice costs more than the threshold of real throughput, or when any
+    configuration's own verdict is MISLEADING; the line says the decisions first, then the gap at real's
+    best configuration."""
+    gap_bad = [r["label"] for r in results if (r["report"].get("verdict") or {}).get("status") == "MISLEADING"]
+    status = "MISLEADING" if decisions["misleading"] or gap_bad else "OK"
+    best = decisions["per_source"].get("real", {}).get("best")
+    at_best = next((r["report"].get("verdict") for r in results if r["label"] == best), None)
+    line = f"{status}: {decisions['line']}"
+    if gap_bad:
+        line += f"; the mock figure overstates real in {len(gap_bad)} of {len(results)} configurations"
+    if at_best:
+        line += f"; at real's best configuration ({best}): {at_best['line']}"
+    return {"status": status, "line": line, "decisions_misleading": decisions["misleading"],
+            "configs_misleading": gap_bad}
