@@ -1,0 +1,51 @@
+"""Merge sweep reports run in parts (e.g. one per GPU) into one decision report.
+
+    python bench/sweep_merge.py PART_DIR [PART_DIR ...] -o OUT [--threshold 0.1] [--memory-limit-gb 80]
+
+Each part is a ``vlmdata audit --sweep ...`` output folder (report.json); the configurations are
+concatenated in order and the decisions (rankings, Kendall tau, regret) and the verdict are computed
+over all of them, as one sweep would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from vlmdata.audit.decisions import decide_configs  # noqa: E402
+from vlmdata.audit.report import write_report  # noqa: E402
+from vlmdata.audit.sweep import cells, sweep_verdict  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("parts", nargs="+", help="sweep output folders (each with report.json)")
+    ap.add_argument("-o", "--out", required=True, help="folder for the merged report.json/md/html")
+    ap.add_argument("--threshold", type=float, help="default: the first part's")
+    ap.add_argument("--memory-limit-gb", type=float, help="default: the first part's")
+    args = ap.parse_args(argv)
+    parts = [json.load(open(os.path.join(p, "report.json"))) for p in args.parts]
+    first = parts[0]
+    configs = [c for p in parts for c in p["configs"]]
+    threshold = args.threshold if args.threshold is not None else first["decisions"]["threshold"]
+    limit = args.memory_limit_gb if args.memory_limit_gb is not None else first["decisions"]["memory_limit_gb"]
+    decisions = decide_configs([{"values": c["values"], "sources": cells(c["report"])} for c in configs],
+                               threshold=threshold, memory_limit_gb=limit)
+    sweep = {}
+    for p in parts:
+        for k, v in p["sweep"].items():
+            sweep.setdefault(k, [])
+            sweep[k] += [x for x in v if x not in sweep[k]]
+    merged = {**first, "sweep": sweep, "configs": configs, "decisions": decisions,
+              "verdict": sweep_verdict(configs, decisions), "parts": list(args.parts)}
+    paths = write_report(merged, args.out)
+    print(merged["verdict"]["line"])
+    print("report:", ", ".join(paths.values()))
+    return 3 if merged["verdict"]["status"] == "MISLEADING" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
