@@ -44,8 +44,10 @@ class VisualInputs:
 
     def pin_memory(self) -> "VisualInputs":
         """A copy with every tensor in pinned memory (DataLoader's ``pin_memory=True`` calls this)."""
-        return VisualInputs(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).pin_memory()
-                               for f in fields(self)})
+        def pin(t):  # a placeholder view (zero strides, filled on the device later) has nothing to pin
+            return t if t is None or 0 in t.stride() else t.pin_memory()
+
+        return VisualInputs(**{f.name: pin(getattr(self, f.name)) for f in fields(self)})
 
     def normalized_for_model(self) -> dict[str, torch.Tensor]:
         return self.as_model_kwargs()  # vlmdata's tensors are already flat ([N, D] and [n, 3])
