@@ -89,7 +89,9 @@ def loads(data: bytes | str) -> Any:
         raise BadJSON(f"not valid JSON ({e.msg}: line {e.lineno} column {e.colno})") from None
     except RecursionError:
         raise BadJSON("JSON nested too deeply") from None
-    except ValueError as e:  # e.g. an integer over sys.get_int_max_str_digits() digits
+    except ValueError as e:  # an integer over sys.get_int_max_str_digits() digits
+        if "integer string conversion" in str(e):
+            raise BadJSON("not usable JSON (an integer with too many digits)") from None
         raise BadJSON(f"not usable JSON ({str(e).splitlines()[0][:120]})") from None
 
 
