@@ -631,8 +631,9 @@ def _peek(items: Iterator[SourceItem], source: str) -> Iterator[SourceItem]:
 def _output_error(e: OSError, out: str) -> BuildError:
     where = safe_label(storage.redact(e.filename)) if isinstance(e.filename, str) else storage.redact(out)
     why = e.strerror or str(e)
-    return BuildError(f"{where}: {why} (the build stopped; shards written so far are kept: fix the problem and run "
-                      "again with `resume`)")
+    started = not storage.is_url(out) and os.path.isfile(os.path.join(out, STATE_DIR, "options.json"))
+    return BuildError(f"{where}: {why}" + (" (the build stopped; the shards written so far are kept: fix the problem "
+                                          "and run again with `resume`)" if started else ""))
 
 
 # ----------------------------------------------------------------------------- build
