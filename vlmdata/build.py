@@ -415,25 +415,69 @@ def _clear(paths: list[str]) -> None:
 
 @contextlib.contextmanager
 def _lock(folder: str):
-    """An exclusive ``flock`` on ``folder/.vlmdata.lock`` (created; kept afterwards). BuildError when another
-    process holds it. Released when the process ends, however it ends."""
+    """An exclusive ``flock`` on ``folder/.vlmdata.lock`` for the duration of a build or synth; BuildError when
+    another process holds it. The lock file is removed (while still locked) at the end, so a dataset keeps
+    no trace of it; a process that locked a file just removed retries on the new one (inode check), so
+    two writers never both hold the lock. The kernel releases the lock when a process dies, however."""
     import fcntl  # POSIX only; builds need fork anyway
 
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-    try:
+    import time
+
+    deadline = time.monotonic() + 10
+    for _ in range(10_000):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            if not _alive(holder) and time.monotonic() < deadline:
+                time.sleep(0.05)  # its build died: the worker processes it forked die with it in a moment
+                continue
             raise BuildError(f"{folder}: another vlmdata build or synth is writing here (pid {holder}); wait for it "
                              "or choose another output folder") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # locked a lock file its holder had just removed: take the current one
+    else:
+        raise BuildError(f"{folder}: cannot take the lock {LOCK_NAME}")
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
         os.close(fd)
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _remove_if_left_empty(folder: str | None):
+    """When the block fails, remove ``folder`` (one this call created) if nothing but the lock is in it."""
+    try:
+        yield
+    except BaseException:
+        if folder and os.path.isdir(folder) and set(os.listdir(folder)) <= {LOCK_NAME}:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(folder, LOCK_NAME))
+                os.rmdir(folder)
+        raise
 
 
 def _source_key(source: str) -> str:
@@ -673,9 +717,10 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
         raise BuildError("output path contains a NUL byte")
     remote = storage.is_url(out)
     staging = (staging or default_staging(out)) if remote else None
+    created = not remote and not os.path.lexists(out)
     try:
         _precheck_out(out, resume, [source] + ([storage.local(opts.image_root)] if opts.image_root else []))
-        with _lock(staging if remote else out):
+        with _lock(staging if remote else out), _remove_if_left_empty(out if created else None):
             return _build_locked(source, out, opts, resume, overwrite, progress, energon, energon_target, engine,
                                  address, staging)
     except SourceChanged as e:
@@ -825,9 +870,10 @@ def write_dataset(out: str, samples: Iterable[Sample], *, kind: str, options: di
         raise BuildError(str(e)) from None
     if storage.is_url(out):
         raise BuildError(f"{storage.redact(out)}: in-memory samples are written to local folders only")
+    created = not os.path.lexists(out)
     try:
         _precheck_out(out, False, [])
-        with _lock(out):
+        with _lock(out), _remove_if_left_empty(out if created else None):
             to_delete = _check_out_dir(out, False, overwrite)
             _clear(to_delete)
             planner = Planner(prefix, max_count, max_size)
