@@ -285,18 +285,18 @@ def _image_cases() -> list[Case]:
     cases = []
     base = jpeg(64, 48)
 
-    def add(name, data, expect, quick=False, fname="bad.jpg", caption="the bad one"):
+    def add(name, data, expect, fname="bad.jpg", caption="the bad one"):
         def make(ctx, data=data, expect=expect, fname=fname, caption=caption):
             payload = data() if callable(data) else data
             src = folder(ctx, 3, extra={fname: payload, os.path.splitext(fname)[0] + ".txt": caption})
             written = 4 if expect is None else 3
             return pipeline(ctx, src, written=written, reasons=None if expect is None else {expect: 1})
-        cases.append(Case(f"image/{name}", "images", make, quick))
+        cases.append(Case(f"image/{name}", "images", make))
 
     for frac in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99):
-        add(f"jpeg_truncated_{frac}", base[: int(len(base) * frac)], "undecodable_image", quick=frac == 0.5)
+        add(f"jpeg_truncated_{frac}", base[: int(len(base) * frac)], "undecodable_image")
     add("jpeg_no_eoi", base[:-2], "undecodable_image")
-    add("jpeg_trailing_garbage", base + b"trailer" * 2000, None, quick=True)
+    add("jpeg_trailing_garbage", base + b"trailer" * 2000, None)
     add("jpeg_trailing_nuls_small", base + bytes(40), None)
     add("jpeg_trailing_nuls_large", base + bytes(100_000), None)
     rng = random.Random(13)
@@ -317,8 +317,8 @@ def _image_cases() -> list[Case]:
             return bytes(d)
         cases.append(Case(f"image/jpeg_scan_corrupt_{k}", "images",
                           lambda ctx, f=scan_flip: pipeline(ctx, folder(ctx, 3, extra={"bad.jpg": f(), "bad.txt": "x"}),
-                                                            min_written=3), quick=k == 0))
-    add("garbage", b"this is not an image at all", "undecodable_image", quick=True)
+                                                            min_written=3)))
+    add("garbage", b"this is not an image at all", "undecodable_image")
     add("empty", b"", "undecodable_image")
     add("random_bytes", bytes(rng.getrandbits(8) for _ in range(5000)), "undecodable_image")
     add("png_truncated", image("PNG", 64, 48)[:-30], "undecodable_image", fname="bad.png")
@@ -327,9 +327,9 @@ def _image_cases() -> list[Case]:
     add("png_16bit", image("PNG", 64, 48, mode="I;16"), None, fname="bad.png")
     add("png_palette_transparency", lambda: image("PNG", 64, 48, mode="P", transparency=0), None, fname="bad.png")
     add("png_la", image("PNG", 64, 48, mode="LA"), None, fname="bad.png")
-    add("png_bomb_header", _png_header(60000, 60000), "too_large", fname="bad.png", quick=True)
+    add("png_bomb_header", _png_header(60000, 60000), "too_large", fname="bad.png")
     add("png_zero_width_header", _png_header(0, 10), "undecodable_image", fname="bad.png")
-    add("thin_1x20000", image("PNG", 1, 20000, mode="L"), "bad_aspect_ratio", fname="bad.png", quick=True)
+    add("thin_1x20000", image("PNG", 1, 20000, mode="L"), "bad_aspect_ratio", fname="bad.png")
     add("wide_20000x1", image("PNG", 20000, 1, mode="L"), "bad_aspect_ratio", fname="bad.png")
     add("aspect_200_ok", image("PNG", 2, 400, mode="L"), None, fname="bad.png")
     add("webp", image("WEBP", 64, 48), None, fname="bad.webp")
@@ -346,7 +346,7 @@ def _image_cases() -> list[Case]:
     add("avif", b"\0\0\0\x18ftypavif" + bytes(100), "unsupported_format", fname="bad.avif")
     add("ico_named_png", image("ICO", 32, 32), "unsupported_format", fname="bad.png")
     for o in range(2, 9):
-        add(f"exif_orientation_{o}", oriented(o), None, quick=o == 6)
+        add(f"exif_orientation_{o}", oriented(o), None)
     add("mpo_like_two_jpegs", base + base, None)
     return cases
 
@@ -365,19 +365,19 @@ def _png_header(w: int, h: int) -> bytes:
 def _sidecar_cases() -> list[Case]:
     cases = []
 
-    def add(name, files: dict, reason, quick=False):
+    def add(name, files: dict, reason):
         def make(ctx, files=files, reason=reason):
             extra = {"bad.jpg": jpeg()}
             extra.update(files)
             src = folder(ctx, 3, extra=extra)
             return pipeline(ctx, src, written=4 if reason is None else 3,
                             reasons=None if reason is None else {reason: 1})
-        cases.append(Case(f"sidecar/{name}", "sidecars", make, quick))
+        cases.append(Case(f"sidecar/{name}", "sidecars", make))
 
-    add("deep_json", {"bad.json": "[" * 100_000}, "bad_json", quick=True)
+    add("deep_json", {"bad.json": "[" * 100_000}, "bad_json")
     add("deep_json_object", {"bad.json": '{"a":' * 50_000 + "1" + "}" * 50_000}, "bad_json")
-    add("int_5000_digits", {"bad.json": '{"caption": "x", "n": ' + "9" * 5000 + "}"}, "bad_json", quick=True)
-    add("lone_surrogate_json", {"bad.json": '{"caption": "a \\ud800 b"}'}, "bad_text", quick=True)
+    add("int_5000_digits", {"bad.json": '{"caption": "x", "n": ' + "9" * 5000 + "}"}, "bad_json")
+    add("lone_surrogate_json", {"bad.json": '{"caption": "a \\ud800 b"}'}, "bad_text")
     add("lone_surrogate_end", {"bad.json": '{"caption": "tail \\udfff"}'}, "bad_text")
     add("nul_in_caption", {"bad.json": '{"caption": "a\\u0000b"}'}, "bad_text")
     add("invalid_utf8_txt", {"bad.txt": b"caf\xe9 au lait"}, "bad_caption")
@@ -388,13 +388,12 @@ def _sidecar_cases() -> list[Case]:
     add("huge_caption_over_cap", {"bad.txt": lambda p: p.write_bytes(b"x" * (16 * 1024 * 1024 + 10))}, "unreadable_file")
     add("big_caption_under_cap", {"bad.txt": "y" * 200_000}, None)
     for tok in ("<|im_end|>", "<|im_start|>", "<|image_pad|>", "<|vision_start|>", "<|endoftext|>", "<|video_pad|>"):
-        add(f"control_token_{tok.strip('<|>')}", {"bad.txt": f"a cat {tok} user: hi"}, "control_token",
-            quick=tok == "<|image_pad|>")
+        add(f"control_token_{tok.strip('<|>')}", {"bad.txt": f"a cat {tok} user: hi"}, "control_token")
     add("harmless_tags", {"bad.txt": "a <image> tag, <think> and <tool_call> words"}, None)
-    add("sidecar_fifo", {"bad.txt": lambda p: os.mkfifo(p)}, "unreadable_file", quick=True)
+    add("sidecar_fifo", {"bad.txt": lambda p: os.mkfifo(p)}, "unreadable_file")
     add("sidecar_dev_zero", {"bad.txt": lambda p: os.symlink("/dev/zero", p)}, "unreadable_file")
     add("sidecar_dev_urandom", {"bad.json": lambda p: os.symlink("/dev/urandom", p)}, "unreadable_file")
-    add("sidecar_directory", {"bad.txt": lambda p: p.mkdir()}, "unreadable_file")
+    add("sidecar_directory", {"bad.txt": lambda p: p.mkdir()}, "missing_caption")
     add("sidecar_broken_symlink", {"bad.txt": lambda p: os.symlink("/nonexistent/x", p)}, "unreadable_file")
     add("json_list", {"bad.json": "[1, 2]"}, "bad_record")
     add("json_number", {"bad.json": "42"}, "bad_record")
@@ -416,20 +415,22 @@ def _sidecar_cases() -> list[Case]:
 def _record_cases() -> list[Case]:
     cases = []
 
-    def add(name, lines, reasons, quick=False, n_good=3, raw=None):
-        def make(ctx, lines=lines, reasons=reasons, n_good=n_good, raw=raw):
+    def add(name, lines, reasons, n_good=3, raw=None, written=None):
+        def make(ctx, lines=lines, reasons=reasons, n_good=n_good, raw=raw, written=written):
             src = jsonl(ctx, lines, n_good, raw=raw(ctx) if raw else None)
             n_bad = sum(reasons.values()) if reasons else 0
-            return pipeline(ctx, src, written=n_good + len(lines) - n_bad if raw is None else None, reasons=reasons)
-        cases.append(Case(f"record/{name}", "records", make, quick))
+            if written is None and raw is None:
+                written = n_good + len(lines) - n_bad
+            return pipeline(ctx, src, written=written, reasons=reasons)
+        cases.append(Case(f"record/{name}", "records", make))
 
-    add("deep_line", ["[" * 60_000], {"bad_json": 1}, quick=True)
+    add("deep_line", ["[" * 60_000], {"bad_json": 1})
     add("int_digits_line", ['{"id": ' + "1" * 6000 + "}"], {"bad_json": 1})
     add("float_huge", ['{"id": 1e999999, "image": "imgs/0.jpg", "conversations": [{"from": "human", "value": "q"}, '
                        '{"from": "gpt", "value": "a"}]}'], None)
-    add("lone_surrogate_answer", [rec("imgs/0.jpg", answer="x \ud800 y")], {"bad_text": 1}, quick=True)
+    add("lone_surrogate_answer", [rec("imgs/0.jpg", answer="x \ud800 y")], {"bad_text": 1})
     add("lone_surrogate_id", [dict(rec("imgs/0.jpg"), id="\udc80id")], None)
-    add("nul_in_path", [rec("imgs/0\u0000.jpg")], {"bad_path": 1}, quick=True)
+    add("nul_in_path", [rec("imgs/0\u0000.jpg")], {"bad_path": 1})
     add("path_not_string", [rec(12345)], {"bad_path": 1})
     add("path_empty", [rec("")], {"bad_path": 1})
     add("path_list_of_mixed", [rec(["imgs/0.jpg", None], q="<image><image>")], {"bad_path": 1})
@@ -444,14 +445,13 @@ def _record_cases() -> list[Case]:
         {"bad_record": 1})
     add("placeholders_mismatch", [rec(["imgs/0.jpg", "imgs/1.jpg"], q="<image>")], {"bad_record": 1})
     add("empty_answer", [rec("imgs/0.jpg", answer="   ")], {"empty_caption": 1})
-    add("control_token_answer", [rec("imgs/0.jpg", answer="ok<|im_end|>\n<|im_start|>user\nx")], {"control_token": 1},
-        quick=True)
+    add("control_token_answer", [rec("imgs/0.jpg", answer="ok<|im_end|>\n<|im_start|>user\nx")], {"control_token": 1})
     add("control_token_question", [rec("imgs/0.jpg", q="<image>\n<|image_pad|> count")], {"control_token": 1})
-    add("blank_lines", ["", "   ", ""], None)
+    add("blank_lines", ["", "   ", ""], None, written=3)
     add("truncated_json", ['{"image": "imgs/0.jpg", "conv'], {"bad_json": 1})
     add("invalid_utf8_line", ["\udcff"], {"bad_json": 1})
     add("remote_http", [rec("http://example.com/x.jpg")], {"bad_path": 1})
-    add("s3_with_credentials", [rec(f"s3://{KEYID}:{SECRET}@bucket/x.jpg")], {"bad_path": 1}, quick=True)
+    add("s3_with_credentials", [rec(f"s3://{KEYID}:{SECRET}@bucket/x.jpg")], {"bad_path": 1})
     add("s3_signed_query", [rec(f"s3://bucket/x.jpg?X-Amz-Signature={SECRET}")], {"bad_path": 1})
     add("messages_no_list", [{"messages": "x"}], {"bad_record": 1})
     add("crlf_lines", [], None, raw=lambda ctx: (json.dumps(rec("imgs/0.jpg")) + "\r\n").encode() * 3)
@@ -468,9 +468,9 @@ def _record_cases() -> list[Case]:
                              {"role": "assistant", "content": "a"}]},
                {"messages": [{"role": "user", "content": "<image>"}, {"role": "assistant", "content": "a"}],
                 "images": ["../../etc/passwd"]}]
-        write(d / "m.jsonl", "\n".join(json.dumps(x) for x in [good, good] + bad) + "\n")
+        write(d / "m.jsonl", "\n".join(json.dumps(x) for x in [good] * 4 + bad) + "\n")
         ctx.protect(d)
-        return pipeline(ctx, str(d / "m.jsonl"), written=2, reasons={"bad_path": 1, "bad_record": 1, "outside_root": 1})
+        return pipeline(ctx, str(d / "m.jsonl"), written=4, reasons={"bad_path": 1, "bad_record": 1, "outside_root": 1})
     cases.append(Case("record/messages_variants", "records", messages))
     return cases
 
@@ -480,8 +480,8 @@ def _record_cases() -> list[Case]:
 def _path_cases() -> list[Case]:
     cases = []
 
-    def add(name, make, quick=False):
-        cases.append(Case(f"path/{name}", "paths", make, quick))
+    def add(name, make):
+        cases.append(Case(f"path/{name}", "paths", make))
 
     def confined(ref_of, reason, allow=False, written=3):
         def make(ctx):
@@ -491,11 +491,11 @@ def _path_cases() -> list[Case]:
                             reasons=None if reason is None else {reason: 1})
         return make
 
-    add("absolute_outside", confined(lambda c: c.path("outside.jpg"), "outside_root"), quick=True)
+    add("absolute_outside", confined(lambda c: c.path("outside.jpg"), "outside_root"))
     add("dotdot_outside", confined(lambda c: "../outside.jpg", "outside_root"))
     add("dotdot_nonexistent", confined(lambda c: "../../../../no/such.jpg", "outside_root"))
     add("file_url_outside", confined(lambda c: "file://" + c.path("outside.jpg"), "outside_root"))
-    add("etc_passwd", confined(lambda c: "/etc/passwd", "outside_root"), quick=True)
+    add("etc_passwd", confined(lambda c: "/etc/passwd", "outside_root"))
     add("dev_zero_absolute", confined(lambda c: "/dev/zero", "outside_root"))
     add("allowed_outside", confined(lambda c: c.path("outside.jpg"), None, allow=True, written=4))
     add("allowed_dev_zero", confined(lambda c: "/dev/zero", "unreadable_file", allow=True))
@@ -503,7 +503,7 @@ def _path_cases() -> list[Case]:
     add("inside_dotdot_back", confined(lambda c: "imgs/../imgs/0.jpg", None, written=4))
     add("long_path", confined(lambda c: "imgs/" + "x" * 5000 + ".jpg", "unreadable_file"))
     add("fifo_image", lambda ctx: pipeline(ctx, folder(ctx, 3, extra={"f.jpg": lambda p: os.mkfifo(p), "f.txt": "x"}),
-                                           written=3, reasons={"unreadable_file": 1}), quick=True)
+                                           written=3, reasons={"unreadable_file": 1}))
     add("dev_zero_image", lambda ctx: pipeline(ctx, folder(ctx, 3, extra={"z.jpg": lambda p: os.symlink("/dev/zero", p),
                                                                           "z.txt": "x"}),
                                                written=3, reasons={"unreadable_file": 1}))
@@ -512,7 +512,7 @@ def _path_cases() -> list[Case]:
     add("socket_image", lambda ctx: pipeline(ctx, folder(ctx, 3, extra={"s.jpg": _socket, "s.txt": "x"}),
                                              written=3, reasons={"unreadable_file": 1}))
     add("non_utf8_name", lambda ctx: pipeline(ctx, folder(ctx, 3, extra={b"caf\xe9.jpg": jpeg(), b"caf\xe9.txt": "cafe"}),
-                                              written=4), quick=True)
+                                              written=4))
     add("newline_in_name", lambda ctx: pipeline(ctx, folder(ctx, 3, extra={"a\nb.jpg": jpeg(), "a\nb.txt": "nl"}),
                                                 written=4))
     add("unicode_name", lambda ctx: pipeline(ctx, folder(ctx, 3, extra={"猫 🐱.jpg": jpeg(), "猫 🐱.txt": "cat"}), written=4))
@@ -527,17 +527,17 @@ def _path_cases() -> list[Case]:
         def make(ctx, prefix=prefix):
             out = ctx.out("out")
             return [Step("build", ["build", folder(ctx, 2), "-o", out, "-q", "--prefix", prefix], ok=(2,))]
-        add(f"prefix_{prefix[:12].encode('unicode_escape').decode()}", make, quick=prefix == "../x")
+        add(f"prefix_{prefix[:12].encode('unicode_escape').decode()}", make)
 
-    def bad_out(target, ok=(2,), quick=False, tag=None):
+    def bad_out(target, ok=(2,), tag=None):
         def make(ctx):
             src = folder(ctx, 2)
             o = target(ctx)
             return [Step("build", ["build", src, "-o", o, "-q"], ok=ok)]
-        add(f"out_{tag}", make, quick)
+        add(f"out_{tag}", make)
 
     bad_out(lambda c: c.path("src", "good0.jpg"), tag="is_a_file")
-    bad_out(lambda c: "/proc/vlmdata-fuzz-out", tag="proc", quick=True)
+    bad_out(lambda c: "/proc/vlmdata-fuzz-out", tag="proc")
     bad_out(lambda c: "/sys/vlmdata-fuzz-out", tag="sys")
     bad_out(lambda c: c.path("src", "good0.jpg", "sub"), tag="under_a_file")
     bad_out(lambda c: c.out("deep/a/b/c"), ok=(0,), tag="new_nested")
@@ -546,8 +546,7 @@ def _path_cases() -> list[Case]:
                                                          ctx.path("nope")], ok=(2,))])
     add("image_root_is_file", lambda ctx: [Step("build", ["build", jsonl(ctx, []), "-o", ctx.out(), "-q", "--image-root",
                                                          jsonl(ctx, [])], ok=(2,))])
-    add("source_fifo", lambda ctx: [Step("build", ["build", _fifo(ctx, "s.jsonl"), "-o", ctx.out(), "-q"], ok=(2,))],
-        quick=True)
+    add("source_fifo", lambda ctx: [Step("build", ["build", _fifo(ctx, "s.jsonl"), "-o", ctx.out(), "-q"], ok=(2,))])
     add("source_dev_zero", lambda ctx: [Step("build", ["build", "/dev/zero", "-o", ctx.out(), "-q", "--format", "llava"],
                                              ok=(2,))])
     add("source_nul", lambda ctx: [Step("build", ["build", "a\0b", "-o", ctx.out(), "-q"], ok=(2,))])
@@ -637,8 +636,8 @@ def finish(argv: list[str]) -> dict:
 def _output_cases() -> list[Case]:
     cases = []
 
-    def add(name, make, quick=False):
-        cases.append(Case(f"output/{name}", "output", make, quick))
+    def add(name, make):
+        cases.append(Case(f"output/{name}", "output", make))
 
     def big_src(ctx, n=40):
         return folder(ctx, n)
@@ -653,7 +652,7 @@ def _output_cases() -> list[Case]:
             argv = ["build", src, "-o", out, "-q", "--max-count", "3", "--workers", str(workers)]
             return [Step("killed", argv, ok=(0, 2, -sig), kill=(delay, sig)),
                     Step("finish", fn=finish, args=(argv,), check=_same_as_clean(ctx, src, out, ("--max-count", "3")))]
-        add(f"{signal.Signals(sig).name.lower()}_after_{delay}s_w{workers}", make, quick=i == 1)
+        add(f"{signal.Signals(sig).name.lower()}_after_{delay}s_w{workers}", make)
     for limit in (1500, 4000, 9000, 20000, 50000):
         def make(ctx, limit=limit):
             src = big_src(ctx, 12)
@@ -661,7 +660,7 @@ def _output_cases() -> list[Case]:
             argv = ["build", src, "-o", out, "-q", "--max-count", "2", "--workers", "1"]
             return [Step("disk_full", argv, ok=(0, 2), fsize=limit),
                     Step("finish", fn=finish, args=(argv,), check=_same_as_clean(ctx, src, out, ("--max-count", "2")))]
-        add(f"disk_full_{limit}", make, quick=limit == 9000)
+        add(f"disk_full_{limit}", make)
 
     def overwrite_nondataset(ctx):
         src = folder(ctx, 2)
@@ -669,14 +668,14 @@ def _output_cases() -> list[Case]:
         write(Path(out) / "precious.txt", "user data")
         ctx.protect(out)
         return [Step("build", ["build", src, "-o", out, "-q", "--overwrite"], ok=(2,))]
-    add("overwrite_not_a_dataset", overwrite_nondataset, quick=True)
+    add("overwrite_not_a_dataset", overwrite_nondataset)
 
     def overwrite_source(ctx, which):
         src = folder(ctx, 2)
         target = {"src": src, "parent": ctx.path(), "grandparent": str(ctx.root.parent)}[which]
         return [Step("build", ["build", src, "-o", target, "-q", "--overwrite"], ok=(2,))]
     for which in ("src", "parent", "grandparent"):
-        add(f"overwrite_{which}_of_source", lambda ctx, w=which: overwrite_source(ctx, w), quick=which == "src")
+        add(f"overwrite_{which}_of_source", lambda ctx, w=which: overwrite_source(ctx, w))
 
     def overwrite_image_root(ctx):
         js = jsonl(ctx, [])
@@ -692,8 +691,7 @@ def _output_cases() -> list[Case]:
         build(src, out, BuildOptions(workers=1))
         ctx.protect(out)
         return [Step("build", ["build", bad(ctx), "-o", out, "-q", "--overwrite"], ok=(2,))]
-    add("overwrite_bad_parquet_keeps_old", lambda ctx: overwrite_then_bad_source(ctx, lambda c: _file(c, "b.parquet", b"x")),
-        quick=True)
+    add("overwrite_bad_parquet_keeps_old", lambda ctx: overwrite_then_bad_source(ctx, lambda c: _file(c, "b.parquet", b"x")))
     add("overwrite_empty_source_keeps_old", lambda ctx: overwrite_then_bad_source(ctx, lambda c: _mkdir(c, "empty")))
     add("overwrite_missing_source_keeps_old", lambda ctx: overwrite_then_bad_source(ctx, lambda c: c.path("nope")))
     add("overwrite_dictdict_no_train", lambda ctx: overwrite_then_bad_source(ctx, _datasetdict_no_train))
@@ -712,10 +710,11 @@ def _output_cases() -> list[Case]:
         return [Step("build", ["build", folder(ctx, 2), "-o", ctx.path("nope"), "-q", "--resume"], ok=(2,),
                      check=lambda root, res: ("silent corruption/data loss", "--resume created the folder")
                      if os.path.exists(ctx.path("nope")) else None)]
-    add("resume_missing_folder", resume_missing, quick=True)
+    add("resume_missing_folder", resume_missing)
 
     def resume_changed(ctx):
         src = big_src(ctx, 30)
+        ctx.protected.clear()  # this case changes the source on purpose
         out = ctx.out("out")
         argv = ["build", src, "-o", out, "-q", "--max-count", "2", "--workers", "1"]
         return [Step("killed", argv, ok=(0, 2, -9), kill=(1.0, signal.SIGKILL)),
@@ -922,9 +921,7 @@ def _shard_cases() -> list[Case]:
                                              "--decode-repeats", "1"], ok=(0, 2)),
                             Step("loader", fn=loader_accounting, args=(root,), check=check_loader()),
                             Step("loader_raise", fn=_raise_at_first_loss, args=(root,), ok=(0,))]
-                cases.append(Case(f"shard/{kind}_{op}_{seed}", "shards", make,
-                                  quick=kind == "new" and seed == 0 and op in ("truncate", "inflate", "duplicate_key",
-                                                                                "delete_shard")))
+                cases.append(Case(f"shard/{kind}_{op}_{seed}", "shards", make))
     return cases
 
 
@@ -989,7 +986,7 @@ def _manifest_cases() -> list[Case]:
                     Step("profile", ["profile", root, "-o", ctx.path("p.json"), "-q", "--decode-images", "0"],
                          ok=(0, 2)),
                     Step("loader", fn=_loader_expecting_error, args=(root, name in lying), ok=(0, 2))]
-        cases.append(Case(f"manifest/{name}", "manifests", make, quick=name in ("shard_escape", "garbage", "totals_missing")))
+        cases.append(Case(f"manifest/{name}", "manifests", make))
     return cases
 
 
@@ -1038,7 +1035,7 @@ def _url_cases() -> list[Case]:
 
         for what, make in (("build_source", build_in), ("build_out", build_out), ("validate", validate_),
                            ("profile", profile_), ("loader", loader_)):
-            cases.append(Case(f"url/{tag}_{what}", "urls", make, quick=tag == "userinfo"))
+            cases.append(Case(f"url/{tag}_{what}", "urls", make))
 
     def unreachable(ctx):  # no credentials in the URL, endpoint refuses: a clear error, the env secret never printed
         return [Step("validate", ["validate", "s3://bucket/data", "-q"], ok=(2,), env=SECRET_ENV, timeout=180),
@@ -1048,7 +1045,7 @@ def _url_cases() -> list[Case]:
     def image_in_record(ctx):
         src = jsonl(ctx, [rec(f"s3://{KEYID}:{SECRET}@bucket/x.jpg"), rec("s3://bucket/x.jpg", id=SECRET[:4])])
         return pipeline(ctx, src, written=3, reasons={"bad_path": 1, "outside_root": 1}, loader=False)
-    cases.append(Case("url/record_image_with_credentials", "urls", image_in_record, quick=True))
+    cases.append(Case("url/record_image_with_credentials", "urls", image_in_record))
     return cases
 
 
@@ -1075,8 +1072,7 @@ def _option_cases() -> list[Case]:
     for argv in build_opts:
         def make(ctx, argv=argv):
             return [Step("build", ["build", folder(ctx, 2), "-o", ctx.out(), "-q", *argv], ok=(2,))]
-        cases.append(Case("option/build_" + "_".join(a.strip("-") for a in argv)[:40], "options", make,
-                          quick=argv[0] == "--max-size" and argv[1] == "infk"))
+        cases.append(Case("option/build_" + "_".join(a.strip("-") for a in argv)[:40], "options", make))
     good = [["--max-pixels", "1000"], ["--max-size", "8KiB"], ["--min-written-fraction", "0"], ["--verify", "full"]]
     for argv in good:
         def make(ctx, argv=argv):
@@ -1088,8 +1084,7 @@ def _option_cases() -> list[Case]:
         def make(ctx, argv=argv):
             base = ["synth", "--mock", "bridge-noise", "-n", "2", "-o", ctx.out(), "-q"]
             return [Step("synth", base + argv, ok=(2,))]
-        cases.append(Case("option/synth_" + "_".join(a.strip("-") for a in argv)[:40], "options", make,
-                          quick=argv[1] == "100000x100000"))
+        cases.append(Case("option/synth_" + "_".join(a.strip("-") for a in argv)[:40], "options", make))
 
     def synth_ok(ctx):
         out = ctx.out()
@@ -1117,7 +1112,7 @@ def _option_cases() -> list[Case]:
             elif what == "digits":
                 write(Path(p), '{"schema": ' + "1" * 5000 + "}")
             return [Step("synth", ["synth", "--profile", p, "-n", "2", "-o", ctx.out(), "-q"], ok=(2,), timeout=60)]
-        cases.append(Case(f"option/synth_profile_{what}", "options", make, quick=what == "fifo"))
+        cases.append(Case(f"option/synth_profile_{what}", "options", make))
     return cases
 
 
@@ -1149,7 +1144,7 @@ def _loader_cases() -> list[Case]:
             return [Step("validate", ["validate", out, "-q"], ok=(1,)),
                     Step("tokens", fn=_pads_equal_visual_tokens, args=(out,), ok=(0,)),
                     Step("loader", fn=loader_accounting, args=(out,), check=check_loader())]
-        cases.append(Case(f"loader/control_token_{i}", "loader", make, quick=i == 0))
+        cases.append(Case(f"loader/control_token_{i}", "loader", make))
 
     def empty_endless(ctx):
         out = ctx.out()
@@ -1159,7 +1154,7 @@ def _loader_cases() -> list[Case]:
         Path(src, "good0.txt").write_text("")
         build(src, out, BuildOptions(workers=1))
         return [Step("endless", fn=_endless, args=(out,), ok=(2,), timeout=60)]
-    cases.append(Case("loader/endless_epochs_empty_dataset", "loader", empty_endless, quick=True))
+    cases.append(Case("loader/endless_epochs_empty_dataset", "loader", empty_endless))
 
     def all_bad_endless(ctx):
         root = ctx.path("ds")
@@ -1167,7 +1162,7 @@ def _loader_cases() -> list[Case]:
         for p in Path(root).glob("*.tar"):
             p.write_bytes(b"")
         return [Step("endless", fn=_endless, args=(root,), ok=(2,), timeout=60)]
-    cases.append(Case("loader/endless_epochs_all_skipped", "loader", all_bad_endless, quick=True))
+    cases.append(Case("loader/endless_epochs_all_skipped", "loader", all_bad_endless))
 
     def workers_accounting(ctx):
         root = ctx.path("ds")
@@ -1212,9 +1207,28 @@ def _endless(root: str) -> dict:
 
 # ----------------------------------------------------------------------------- the corpus
 
+# the fast subset the test suite runs (tests/test_fuzz.py): one to four cases per class, ~1 min
+QUICK = frozenset({
+    "image/jpeg_truncated_0.5", "image/thin_1x20000",
+    "sidecar/deep_json", "sidecar/lone_surrogate_json", "sidecar/sidecar_fifo",
+    "record/nul_in_path", "record/control_token_answer", "record/s3_with_credentials",
+    "path/absolute_outside", "path/fifo_image", "path/prefix_../x", "path/source_fifo",
+    "output/sigkill_after_0.6s_w1", "output/overwrite_not_a_dataset", "output/overwrite_src_of_source",
+    "output/overwrite_bad_parquet_keeps_old",
+    "shard/new_truncate_0", "shard/new_inflate_0", "shard/new_duplicate_key_0",
+    "manifest/shard_escape", "manifest/totals_missing",
+    "url/userinfo_build_source", "url/userinfo_validate", "url/record_image_with_credentials",
+    "option/build_max-size_infk", "option/synth_image-size_100000x100000",
+    "loader/control_token_0", "loader/endless_epochs_empty_dataset", "loader/endless_epochs_all_skipped",
+})
+
+
 def corpus() -> list[Case]:
-    return (_image_cases() + _sidecar_cases() + _record_cases() + _path_cases() + _output_cases() + _shard_cases()
-            + _manifest_cases() + _url_cases() + _option_cases() + _loader_cases())
+    cases = (_image_cases() + _sidecar_cases() + _record_cases() + _path_cases() + _output_cases() + _shard_cases()
+             + _manifest_cases() + _url_cases() + _option_cases() + _loader_cases())
+    for c in cases:
+        c.quick = c.name in QUICK
+    return cases
 
 
 # ----------------------------------------------------------------------------- running
@@ -1410,8 +1424,9 @@ def preload() -> None:
     import vlmdata.loaders.api  # noqa: F401
     import vlmdata.energon  # noqa: F401
     import megatron.energon  # noqa: F401
-    import datasets  # noqa: F401
+    import datasets
 
+    datasets.disable_progress_bars()
     _tokenizer()
     from vlmdata.cli import parser
 
@@ -1423,6 +1438,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="only the fast subset (what tests/test_fuzz.py runs)")
     ap.add_argument("--classes", help="comma-separated classes: " + ", ".join(sorted({c.cls for c in corpus()})))
     ap.add_argument("--match", help="only cases whose name contains this")
+    ap.add_argument("--skip", action="append", default=[], help="leave out the case with this name (repeatable)")
     ap.add_argument("--json", help="write every case's outcome here")
     ap.add_argument("--show-all", action="store_true", help="print every case, not only the ones that are not clean")
     ap.add_argument("--keep", help="keep the case folders in this folder (default: a temp folder, removed)")
@@ -1435,6 +1451,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in cases if c.cls in want]
     if args.match:
         cases = [c for c in cases if args.match in c.name]
+    cases = [c for c in cases if c.name not in args.skip]
     preload()
     base = Path(args.keep or tempfile.mkdtemp(prefix="vlmdata-fuzz-"))
     base.mkdir(parents=True, exist_ok=True)

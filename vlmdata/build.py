@@ -715,6 +715,10 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
         raise BuildError(str(e)) from None
     if not storage.is_url(out) and "\0" in out:
         raise BuildError("output path contains a NUL byte")
+    if not storage.is_url(source) and "\0" in source:
+        raise SourceError("source path contains a NUL byte")
+    if opts.image_root is not None and "\0" in opts.image_root:
+        raise SourceError("`image_root` contains a NUL byte")
     remote = storage.is_url(out)
     staging = (staging or default_staging(out)) if remote else None
     created = not remote and not os.path.lexists(out)

@@ -266,6 +266,23 @@ def fs_and_path(p: str, fresh: bool = False):
         raise StorageError(f"{redact(p)}: {e}") from None
 
 
+def _translated(fn):
+    """Errors of a remote backend (botocore, aiohttp, gcsfs, ...) that are not OSErrors become StorageError with
+    the redacted text, so callers need to know only OSError and StorageError."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+        try:
+            return fn(*args, **kw)
+        except (OSError, StorageError, ValueError, TypeError, KeyboardInterrupt):
+            raise
+        except Exception as e:  # noqa: BLE001 - backend exception types are open-ended
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+            raise StorageError(redact_text(f"{type(e).__name__}: {first}")) from None
+    return wrapper
+
+
 def _full(p: str, inner: str) -> str:
     """An fsspec-internal path back to a URL with the protocol of ``p``."""
     return f"{protocol(p)}://{inner.lstrip('/')}" if is_url(p) else inner
@@ -288,6 +305,7 @@ def basename(p: str) -> str:
     return posixpath.basename(p.rstrip("/")) if is_url(p) else os.path.basename(p)
 
 
+@_translated
 def open(p: str, mode: str = "rb", **kw):  # noqa: A001 (mirrors builtins.open)
     p = local(p)
     if not is_url(p):
@@ -296,6 +314,7 @@ def open(p: str, mode: str = "rb", **kw):  # noqa: A001 (mirrors builtins.open)
     return fs.open(inner, mode, **kw)
 
 
+@_translated
 def cat(p: str) -> bytes:
     p = local(p)
     if not is_url(p):
@@ -305,6 +324,7 @@ def cat(p: str) -> bytes:
     return fs.cat_file(inner)
 
 
+@_translated
 def cat_many(paths: list[str]) -> dict[str, bytes | Exception]:
     """Many small files at once (concurrent requests on async backends such as s3fs)."""
     out: dict[str, bytes | Exception] = {}
@@ -324,6 +344,7 @@ def cat_many(paths: list[str]) -> dict[str, bytes | Exception]:
     return out
 
 
+@_translated
 def exists(p: str) -> bool:
     p = local(p)
     if not is_url(p):
@@ -332,6 +353,7 @@ def exists(p: str) -> bool:
     return fs.exists(inner)
 
 
+@_translated
 def isdir(p: str) -> bool:
     p = local(p)
     if not is_url(p):
@@ -340,6 +362,7 @@ def isdir(p: str) -> bool:
     return fs.isdir(inner)
 
 
+@_translated
 def isfile(p: str) -> bool:
     p = local(p)
     if not is_url(p):
@@ -348,6 +371,7 @@ def isfile(p: str) -> bool:
     return fs.isfile(inner)
 
 
+@_translated
 def size(p: str) -> int:
     p = local(p)
     if not is_url(p):
@@ -356,6 +380,7 @@ def size(p: str) -> int:
     return int(fs.size(inner))
 
 
+@_translated
 def ls(p: str) -> list[str]:
     """Full paths/URLs of the direct children of a folder (empty when it does not exist)."""
     p = local(p)
@@ -368,6 +393,7 @@ def ls(p: str) -> list[str]:
         return []
 
 
+@_translated
 def find(p: str) -> list[str]:
     """Full paths/URLs of every file below a folder, recursively, sorted."""
     p = local(p)
@@ -384,6 +410,7 @@ def makedirs(p: str) -> None:
     # object stores have no folders
 
 
+@_translated
 def rm(p: str, recursive: bool = False) -> None:
     """Remove a file (or a folder with ``recursive``); a missing path is not an error."""
     p = local(p)
@@ -401,6 +428,7 @@ def rm(p: str, recursive: bool = False) -> None:
         pass
 
 
+@_translated
 def rename(src: str, dst: str) -> None:
     src, dst = local(src), local(dst)
     if not is_url(src) and not is_url(dst):
@@ -411,6 +439,7 @@ def rename(src: str, dst: str) -> None:
     fs.mv(a, b)
 
 
+@_translated
 def put(local_file: str, p: str) -> None:
     """Upload a local file so that ``p`` never exists half-written.
 
@@ -436,6 +465,7 @@ def put(local_file: str, p: str) -> None:
         raise OSError(f"{redact(p)}: uploaded {got} bytes, expected {want}")
 
 
+@_translated
 def get(p: str, local_file: str) -> None:
     """Download to ``local_file`` (via a .tmp name and a rename)."""
     p = local(p)
@@ -448,6 +478,7 @@ def get(p: str, local_file: str) -> None:
     os.replace(tmp, local_file)
 
 
+@_translated
 def write_bytes(p: str, data: bytes) -> None:
     """Write a whole file atomically (tmp + rename locally; a single PUT on object stores)."""
     p = local(p)
