@@ -1240,6 +1240,10 @@ def _child(step: Step, cwd: str, out_path: str, err_path: str, res_path: str) ->
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(f, fd)
         os.close(f)
+    # fresh streams on fds 1 and 2 (under pytest sys.stdout/err are capture objects on other fds)
+    sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), encoding="utf-8", line_buffering=True)
+    sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace",
+                                  line_buffering=True)
     os.environ.update(step.env)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     if step.fsize is not None:
