@@ -28,6 +28,34 @@ def _head(path: str) -> bytes:
     return head[len(_BOM):] if head.startswith(_BOM) else head
 
 
+def _lines(f, cap: int, chunk: int = 1 << 20) -> Iterator[bytes | None]:
+    """The lines of a binary file object (any: local or fsspec), each at most ``cap`` bytes; a longer line
+    is None (and skipped to its end without holding it in memory)."""
+    buf = b""
+    skipping = False
+    while True:
+        data = f.read(chunk)
+        if not data:
+            break
+        buf += data
+        while True:
+            nl = buf.find(b"\n")
+            if nl < 0:
+                break
+            line, buf = buf[:nl + 1], buf[nl + 1:]
+            if skipping:
+                skipping = False
+                continue
+            yield line if len(line) <= cap else None
+        if not skipping and len(buf) > cap:
+            yield None
+            skipping, buf = True, b""
+        elif skipping:
+            buf = b""
+    if buf and not skipping:
+        yield buf if len(buf) <= cap else None
+
+
 def iter_records(path: str, raw: bool = False) -> Iterator[tuple[str, object, str | None]]:
     """(input label, record or None, parse error) for a JSON array file or a JSONL file.
 
@@ -45,15 +73,8 @@ def iter_records(path: str, raw: bool = False) -> Iterator[tuple[str, object, st
             yield f"{name}[{i}]", rec, None
         return
     with storage.open(path, "rb") as f:
-        lineno = 0
-        while True:
-            line = f.readline(MAX_RECORD_BYTES + 1)
-            if not line:
-                break
-            lineno += 1
-            if len(line) > MAX_RECORD_BYTES and not line.endswith(b"\n"):
-                while (rest := f.readline(1 << 20)) and not rest.endswith(b"\n"):
-                    pass  # skip the rest of the over-long line
+        for lineno, line in enumerate(_lines(f, MAX_RECORD_BYTES), 1):
+            if line is None:
                 yield f"{name}:{lineno}", None, f"line longer than {MAX_RECORD_BYTES} bytes"
                 continue
             if lineno == 1 and line.startswith(_BOM):
