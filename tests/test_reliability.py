@@ -12,7 +12,7 @@ import sys
 import pytest
 from PIL import Image
 
-from conftest import SAMPLE_SHARDS, jpeg_bytes
+from conftest import SAMPLE_SHARDS
 from vlmdata import storage
 from vlmdata.build import BuildError, BuildOptions, build, build_shortfall
 from vlmdata.cli import main

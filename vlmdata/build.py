@@ -42,7 +42,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import storage
 from .engines import Engine, EngineError, LocalEngine, engine_context
-from .images import (DEFAULT_MAX_IMAGE_PIXELS, ImageProblem, NeedFullBytes, Sparse, TAIL_BYTES, check_image, reencode,
+from .images import (DEFAULT_MAX_IMAGE_PIXELS, TAIL_BYTES, ImageProblem, NeedFullBytes, Sparse, check_image, reencode,
                      upright)
 from .manifest import MANIFEST_NAME, MANIFEST_SCHEMA, Accounting, write_manifest
 from .schema import FORMAT_EXT, ImageInfo, Sample, conversation_problem, count_image_parts, dumps, safe_label
@@ -218,7 +218,7 @@ def _read_image(ref, full: bool) -> bytes:
 
 
 def _read_sparse(path: str) -> bytes:
-    head = storage.read_regular_parts(path, MAX_IMAGE_BYTES, HEAD_BYTES, 512, "image file")
+    head = storage.read_regular_parts(path, MAX_IMAGE_BYTES, HEAD_BYTES, TAIL_BYTES, "image file")
     if isinstance(head, bytes):
         return head
     data, tail, size = head

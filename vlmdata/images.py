@@ -43,7 +43,7 @@ from .schema import FORMAT_EXT
 
 DEFAULT_MAX_IMAGE_PIXELS = 178_956_970  # Pillow's own bomb limit (2x its warning threshold)
 MAX_ASPECT_RATIO = 200  # Qwen-VL smart_resize (HF and qwen-vl-utils) raises above this
-TAIL_BYTES = 1 << 16  # how much of a file's end a header-level check reads
+TAIL_BYTES = 512  # how much of a file's end a header-level read takes (the whole file is read when it cannot decide)
 
 
 class ImageProblem(Exception):
