@@ -330,6 +330,12 @@ def test_build_validate_loader_profile_agree_on_images(tmp_path, capsys):
     with pytest.raises(BadSampleError) as e:
         parse_raw({"json": json.dumps(meta).encode(), "0.png": thin.getvalue()}, "k")
     assert e.value.reason == "bad_aspect_ratio"
+    # a 100 MP image (above Pillow's warning threshold, below the limit) is not "too large" on any path
+    big = _png_header(10_000, 10_000)
+    assert check_image(big).width == 10_000
+    with pytest.raises(ImageProblem) as e:
+        check_image(big, verify="full")  # its pixel data is a stub: undecodable, but not a bomb
+    assert e.value.reason == "undecodable_image"
     # header and full levels decide completeness the same way, whatever the padding
     for data in (jpg() + bytes(5000), jpg() + b"x" * 70_000, jpg()[:-10]):
         verdicts = set()
@@ -510,6 +516,15 @@ def test_max_pixels_keeps_aspect_and_exif_orientation():
     data, fmt, w, h = reencode(_oriented_jpeg((300, 100), 6), 3_000)
     assert h > w and w * h <= 3_000  # rotated upright (orientation 6 = 90 degrees), then shrunk
     assert check_image(data).orientation == 1
+
+
+def _png_header(w, h):
+    import struct
+    import zlib
+
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))  # noqa: E731
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
 
 
 def _png(size):
