@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl  # POSIX only (builds fork their workers anyway)
 import functools
 import glob
 import json
 import os
 import re
 import shutil
+import time
 from collections import Counter, deque
 from dataclasses import asdict, dataclass, fields
 from itertools import chain, islice
@@ -419,12 +421,8 @@ def _lock(folder: str):
     another process holds it. The lock file is removed (while still locked) at the end, so a dataset keeps
     no trace of it; a process that locked a file just removed retries on the new one (inode check), so
     two writers never both hold the lock. The kernel releases the lock when a process dies, however."""
-    import fcntl  # POSIX only; builds need fork anyway
-
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, LOCK_NAME)
-    import time
-
     deadline = time.monotonic() + 10
     for _ in range(10_000):
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)

@@ -25,13 +25,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from . import storage
-from .schema import BadJSON, loads
+from .schema import BadJSON, expand_key_runs, key_runs, loads  # noqa: F401 - key_runs re-exported with the manifest API
 from .shardwriter import ShardRecord, write_json_atomic
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = "vlmdata.manifest/1"
 SHARD_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,250}\.tar$")
-_NUM_KEY = re.compile(r"^(.*?)(\d+)$")
 
 
 class ManifestError(ValueError):
@@ -44,41 +43,6 @@ def sha256_file(path: str) -> str:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
-
-
-def _nth_key(first: str, n: int) -> str | None:
-    m = _NUM_KEY.match(first)
-    if not m:
-        return None
-    prefix, digits = m.groups()
-    return f"{prefix}{int(digits) + n:0{len(digits)}d}"
-
-
-def key_runs(keys: list[str]) -> list[list]:
-    """Keys as runs ``[first_key, count]`` of keys counting up by one (see the module docstring)."""
-    runs: list[list] = []
-    for k in keys:
-        if runs and _nth_key(runs[-1][0], runs[-1][1]) == k:
-            runs[-1][1] += 1
-        else:
-            runs.append([k, 1])
-    return runs
-
-
-def expand_key_runs(runs: list, limit: int) -> list[str] | None:
-    """The keys of ``key_runs`` output (at most ``limit``); None when ``runs`` is malformed."""
-    out: list[str] = []
-    if not isinstance(runs, list):
-        return None
-    for run in runs:
-        if not (isinstance(run, list) and len(run) == 2 and isinstance(run[0], str) and isinstance(run[1], int)
-                and not isinstance(run[1], bool) and run[1] >= 1 and len(out) + run[1] <= limit):
-            return None
-        first, n = run
-        if n > 1 and _NUM_KEY.match(first) is None:
-            return None
-        out += [first] + [_nth_key(first, i) for i in range(1, n)]
-    return out
 
 
 def shard_keys(entry: dict) -> list[str] | None:

@@ -10,6 +10,10 @@ tokenised sample in any reader that does not escape it (Megatron Bridge's collat
 build skips it (reason ``control_token``) and validate reports it; the vlmdata loader additionally
 tokenises text as plain text, so a control token in text never becomes the control token id.
 
+``key_runs`` writes a list of sample keys compactly as runs ``[first_key, count]`` of keys that count up
+by one (``s000000007``, ``s000000008``, ...; the manifest stores each shard's keys that way) and
+``expand_key_runs`` reads them back.
+
 ``loads`` is the one JSON parser for untrusted input: every failure (syntax, encoding, nesting too
 deep, an integer too long to convert) is a ``BadJSON`` (a ValueError) with a one-line message.
 """
@@ -126,6 +130,50 @@ def text_problem(text: str) -> tuple[str, str] | None:
     if m:
         return "control_token", f"text contains the chat control token {m.group(0)!r}"
     return None
+
+
+_NUM_KEY = re.compile(r"^(.*?)(\d+)$")
+
+
+def _nth_key(first: str, n: int) -> str | None:
+    m = _NUM_KEY.match(first)
+    if not m:
+        return None
+    prefix, digits = m.groups()
+    return f"{prefix}{int(digits) + n:0{len(digits)}d}"
+
+
+def key_runs(keys: list[str]) -> list[list]:
+    """Keys as runs ``[first_key, count]`` of keys counting up by one (see the module docstring).
+
+    Args:
+        keys: sample keys in order.
+
+    Returns:
+        The runs; ``expand_key_runs(key_runs(keys), len(keys)) == keys`` for any keys."""
+    runs: list[list] = []
+    for k in keys:
+        if runs and _nth_key(runs[-1][0], runs[-1][1]) == k:
+            runs[-1][1] += 1
+        else:
+            runs.append([k, 1])
+    return runs
+
+
+def expand_key_runs(runs: list, limit: int) -> list[str] | None:
+    """The keys of ``key_runs`` output (at most ``limit``); None when ``runs`` is malformed."""
+    out: list[str] = []
+    if not isinstance(runs, list):
+        return None
+    for run in runs:
+        if not (isinstance(run, list) and len(run) == 2 and isinstance(run[0], str) and isinstance(run[1], int)
+                and not isinstance(run[1], bool) and run[1] >= 1 and len(out) + run[1] <= limit):
+            return None
+        first, n = run
+        if n > 1 and _NUM_KEY.match(first) is None:
+            return None
+        out += [first] + [_nth_key(first, i) for i in range(1, n)]
+    return out
 
 
 def dumps(obj: Any) -> bytes:

@@ -20,7 +20,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Union
 
-from .schema import Sample, dumps
+from .schema import Sample, dumps, key_runs
 from .storage import FileTooLarge, cat, is_url, read_regular
 from .tario import END_BYTES, TarWriter, member_size
 
@@ -137,12 +137,6 @@ class SourceChanged(Exception):
     """An input file changed size between reading it and copying it into a shard."""
 
 
-def _key_runs(keys: list[str]) -> list[list]:
-    from .manifest import key_runs  # manifest imports this module
-
-    return key_runs(keys)
-
-
 def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: bool = False) -> ShardRecord:
     """Write one planned shard atomically (tmp + rename) and record it.
 
@@ -185,7 +179,7 @@ def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: boo
                       first_key=plan.entries[0].key, last_key=plan.entries[-1].key, start_index=plan.start_index,
                       end_index=plan.end_index, image_bytes=image_bytes, skipped=plan.skipped,
                       parts=sorted(parts, key=lambda p: (p != "json", p)),
-                      key_runs=_key_runs([e.key for e in plan.entries]))
+                      key_runs=key_runs([e.key for e in plan.entries]))
     if state_dir:
         write_json_atomic(os.path.join(state_dir, f"{plan.no:06d}.json"), asdict(rec))
     return rec

@@ -33,6 +33,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import errno
+import functools
 import json
 import os
 import posixpath
@@ -269,7 +270,6 @@ def fs_and_path(p: str, fresh: bool = False):
 def _translated(fn):
     """Errors of a remote backend (botocore, aiohttp, gcsfs, ...) that are not OSErrors become StorageError with
     the redacted text, so callers need to know only OSError and StorageError."""
-    import functools
 
     @functools.wraps(fn)
     def wrapper(*args, **kw):

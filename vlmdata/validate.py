@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import storage
+from .energon import check_energon
 from .images import ImageProblem, check_image
 from .manifest import ManifestError, load_manifest, shard_keys
 from .schema import BadJSON, check_meta, loads, safe_label
@@ -219,8 +220,6 @@ def _check_nv_meta(root: str, manifest: dict, remote: bool, present, rep: Valida
         if manifest.get("energon", "absent") is not None and manifest["shards"] and ".nv-meta" not in present:
             rep.problems.append(Problem(".nv-meta", "", "no .nv-meta folder: Energon cannot read this dataset"))
         return
-    from .energon import check_energon
-
     problems, warnings = check_energon(root, manifest)
     rep.problems += [Problem(".nv-meta", "", p) for p in problems]
     rep.warnings += [Problem(".nv-meta", "", w) for w in warnings]

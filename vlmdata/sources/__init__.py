@@ -14,7 +14,7 @@ from typing import Iterator
 
 from .. import storage
 from .base import SourceError, SourceItem
-from .folder import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, iter_folder, iter_folder_url
+from .folder import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, _walk, iter_folder, iter_folder_url
 from .hfdataset import is_hf_dir, iter_hf
 from .jsonrecords import iter_json_source, sniff
 
@@ -133,8 +133,6 @@ def source_fingerprint(path: str, fmt: str, exclude: str | None = None) -> str:
             h.update(storage.cat(path))
         return h.hexdigest()
     if os.path.isdir(path):
-        from .folder import _walk
-
         skip = os.path.realpath(exclude) if exclude else None
         for rel in sorted(_walk(path), key=lambda r: r.encode("utf-8", "surrogateescape")):
             if skip and os.path.realpath(os.path.join(path, rel)).startswith(skip.rstrip(os.sep) + os.sep):
