@@ -791,6 +791,11 @@ def build_shortfall(manifest: dict, min_written_fraction: float = DEFAULT_MIN_WR
                     source: str | None = None, opts: BuildOptions | None = None) -> dict | None:
     """None when a finished build wrote enough, else why not and what likely fixes it.
 
+    Args:
+        manifest: the manifest ``build`` returned.
+        min_written_fraction: the bar (0 turns the fraction check off).
+        source, opts: the build's source and options (for the hints).
+
     "Enough": at least one sample, and ``written >= min_written_fraction * seen`` (0 turns the fraction
     check off; writing nothing always falls short). Returns ``{"written", "seen", "fraction", "bar",
     "top_reasons": [{"reason", "count", "example"}], "hints": [{"param", "why"}]}``; ``param`` names

@@ -87,7 +87,15 @@ def prepare_energon(root: str, shard_names: list[str], workers: int = 1, target:
 
 
 def check_energon(root: str, manifest: dict, open_with_energon: bool = True) -> tuple[list[str], list[str]]:
-    """(problems, warnings) of a local dataset's ``.nv-meta`` against its manifest (module docstring)."""
+    """Check a local dataset's ``.nv-meta`` against its manifest (module docstring).
+
+    Args:
+        root: the dataset folder.
+        manifest: its loaded manifest.
+        open_with_energon: when nothing else is wrong, open the dataset with Energon and read a sample.
+
+    Returns:
+        (problems, warnings): lists of one-line messages."""
     problems: list[str] = []
     warnings: list[str] = []
     record = manifest.get("energon", "absent")

@@ -208,9 +208,16 @@ def check_dimensions(w: int, h: int, max_image_pixels: int = DEFAULT_MAX_IMAGE_P
 
 
 def check_image(data: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, verify: str = "header") -> ImageCheck:
-    """Apply the validity rule (module docstring) at level ``verify`` ("header" or "full").
+    """Apply the validity rule (module docstring) at level ``verify``.
 
-    Returns an ImageCheck; raises ImageProblem, or NeedFullBytes for a ``Sparse`` read that cannot be decided.
+    Args:
+        data: the encoded image (all of it, or a ``Sparse`` head-and-tail read).
+        max_image_pixels: rule 2's limit.
+        verify: "header" (rules 1-4) or "full" (1-5).
+
+    Returns:
+        ImageCheck(format, width, height, orientation). Raises ImageProblem(reason, detail), or NeedFullBytes
+        for a ``Sparse`` read that cannot be decided.
     """
     if verify not in ("header", "full"):
         raise ValueError(f"verify must be 'header' or 'full', not {verify!r}")

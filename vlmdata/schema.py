@@ -82,7 +82,13 @@ class BadJSON(ValueError):
 
 
 def loads(data: bytes | str) -> Any:
-    """``json.loads`` for untrusted input: BadJSON (one line) for any failure, never RecursionError."""
+    """``json.loads`` for untrusted input.
+
+    Args:
+        data: JSON text or UTF-8 bytes (a byte-order mark is allowed).
+
+    Returns:
+        The parsed value; BadJSON (one line) for any failure, never RecursionError or another ValueError."""
     try:
         if isinstance(data, (bytes, bytearray)):
             data = bytes(data).decode("utf-8-sig")

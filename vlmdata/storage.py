@@ -123,8 +123,14 @@ SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID",
 
 
 def redact_text(text: str) -> str:
-    """``text`` with URL credentials (``scheme://user:pass@``), URL query strings and fragments, signed-URL
-    parameters and the values of credential environment variables (``SECRET_ENV``) replaced."""
+    """Scrub secrets from any text.
+
+    Args:
+        text: a message, a traceback line, anything (non-strings are converted with ``str``).
+
+    Returns:
+        ``text`` with URL credentials (``scheme://user:pass@``), URL query strings and fragments, signed-URL
+        parameters and the values of credential environment variables (``SECRET_ENV``) replaced."""
     text = _USERINFO.sub(r"\1", str(text))
     text = _URL_QUERY.sub(r"\1", text)
     text = _SECRET_PARAMS.sub(lambda m: f"{m.group(1)}=***", text)
@@ -174,7 +180,7 @@ def redacting():
 
 
 def read_regular(path: str, max_bytes: int, what: str = "file") -> bytes:
-    """The bytes of a local regular file of at most ``max_bytes``.
+    """The bytes of a local regular file of at most ``max_bytes`` (``what`` names it in messages).
 
     A FIFO, character or block device (``/dev/zero``), socket or directory raises NotRegularFile without
     blocking (the file is opened with O_NONBLOCK and checked with fstat before any read); a larger file

@@ -547,9 +547,18 @@ class Stats:
 
 
 def check_epoch(epoch: int, samples: int, skipped: list[dict]) -> None:
-    """Raise EmptyEpochError when epoch ``epoch`` yielded no sample (``samples == 0``): called by the loader
-    at the end of every epoch, so ``num_epochs=None`` on an empty or all-bad dataset stops with the reasons
-    instead of looping forever. ``skipped``: that epoch's skip records."""
+    """Stop an endless loader on an epoch without samples.
+
+    Called by the loader at the end of every complete epoch, so ``num_epochs=None`` on an empty or all-bad
+    dataset stops with the reasons instead of looping forever.
+
+    Args:
+        epoch: the epoch number (for the message).
+        samples: samples yielded in that epoch.
+        skipped: that epoch's skip records (``record_skip`` dicts).
+
+    Returns:
+        None; raises EmptyEpochError when ``samples == 0``."""
     if samples:
         return
     if not skipped:
