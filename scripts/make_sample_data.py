@@ -26,6 +26,10 @@ def main() -> None:
         src = args.source_out or tmp
         make_source(src)
         out = os.path.abspath(args.out)
+        readme = None  # the licences of the photos live beside the shards: keep them
+        if os.path.isfile(os.path.join(out, "README.md")):
+            with open(os.path.join(out, "README.md"), encoding="utf-8") as f:
+                readme = f.read()
         if os.path.exists(out):
             shutil.rmtree(out)
         cwd = os.getcwd()
@@ -34,6 +38,9 @@ def main() -> None:
             m = build("data.jsonl", out, BuildOptions(max_count=16, workers=1))
         finally:
             os.chdir(cwd)
+        if readme is not None:
+            with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
+                f.write(readme)
     print(json.dumps({"totals": m["totals"], "accounting": {k: v for k, v in m["accounting"].items() if k != "skipped_samples"}}))
 
 

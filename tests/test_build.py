@@ -176,8 +176,17 @@ def test_out_dir_rules_and_bad_source(llava_source, tmp_path):
     with pytest.raises(BuildError, match="not empty"):
         build(llava_source, str(out))
     assert (out / "x").exists()
-    build(llava_source, str(out), BuildOptions(workers=1), overwrite=True)
-    assert not (out / "x").exists()
+    # overwrite replaces only a vlmdata dataset: a folder of other files is refused and kept
+    with pytest.raises(BuildError, match="not a vlmdata dataset"):
+        build(llava_source, str(out), BuildOptions(workers=1), overwrite=True)
+    assert (out / "x").read_text() == "keep me"
+    (out / "x").unlink()
+    build(llava_source, str(out), BuildOptions(workers=1, max_count=5))
+    (out / "notes.txt").write_text("mine")
+    assert len([f for f in os.listdir(out) if f.endswith(".tar")]) == 3
+    m = build(llava_source, str(out), BuildOptions(workers=1, max_count=20), overwrite=True)
+    assert sorted(f for f in os.listdir(out) if f.endswith(".tar")) == ["shard-000000.tar"] == [s["name"] for s in m["shards"]]
+    assert (out / "notes.txt").read_text() == "mine"  # what vlmdata did not write stays
     with pytest.raises(SourceError, match="no such file"):
         build(str(tmp_path / "nope"), str(tmp_path / "o2"))
     with pytest.raises(SourceError, match="unknown format"):

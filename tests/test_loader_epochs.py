@@ -124,12 +124,12 @@ def _bad_only(path):
 def test_endless_loader_over_only_bad_samples_raises_instead_of_spinning(tok, tmp_path, workers):
     _bad_only(tmp_path / "bad-000000.tar")
     ld = make_loader(str(tmp_path), tokenizer=tok, num_epochs=None, num_workers=workers)
-    with pytest.raises(EmptyEpochError, match="produced no batch: 3 samples in its plan, 3 skipped"):
+    with pytest.raises(EmptyEpochError, match=r"every sample was skipped \(3"):
         next(iter(ld))
 
 
 def test_endless_loader_with_an_empty_rank_raises(tok):
     ld = make_loader(os.path.join(SHARDS, "shard-000005.tar"), tokenizer=tok, num_epochs=None, rank=0,
                      world_size=20)
-    with pytest.raises(EmptyEpochError, match="0 samples in its plan"):
+    with pytest.raises(EmptyEpochError, match="no samples for this rank"):
         next(iter(ld))

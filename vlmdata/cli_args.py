@@ -7,6 +7,8 @@ Each raises ``argparse.ArgumentTypeError`` with the offending text, so a bad val
 from __future__ import annotations
 
 import argparse
+import math
+import re
 
 
 def _int(text: str) -> int:
@@ -44,16 +46,30 @@ def worker_counts(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-SIZE_UNITS = {"k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
+SIZE_UNITS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
 
 def parse_size(text: str) -> int:
-    """A byte count: ``512MiB``, ``1.5GB``, ``100k``, ``0`` (decimal k/M/G, binary Ki/Mi/Gi; a trailing B optional)."""
-    t = text.strip().lower().rstrip("b")
+    """A byte count: ``512MiB``, ``1.5GB``, ``100k``, ``0`` (decimal k/M/G/T, binary Ki/Mi/Gi/Ti; a trailing B
+    optional); finite, between 0 and 4 EiB."""
+    t = str(text).strip().lower().rstrip("b")
+    mult = 1
+    for u in sorted(SIZE_UNITS, key=len, reverse=True):
+        if t.endswith(u):
+            t, mult = t[: -len(u)], SIZE_UNITS[u]
+            break
     try:
-        for u in sorted(SIZE_UNITS, key=len, reverse=True):
-            if t.endswith(u):
-                return int(float(t[: -len(u)]) * SIZE_UNITS[u])
-        return int(t)
+        value = float(t) * mult
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 512MiB, 1GB, 0)") from None
+    if not math.isfinite(value) or value < 0 or value > 2**62:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size between 0 and 4 EiB")
+    return int(value)
+
+
+_PARAM = re.compile(r"`([a-z_]+)`")
+
+
+def cli_flags(text: str) -> str:
+    """A library message with its backquoted parameter names (```image_root```) shown as flags (``--image-root``)."""
+    return _PARAM.sub(lambda m: "--" + m.group(1).replace("_", "-"), str(text))

@@ -4,16 +4,21 @@
 samples, so a dataset whose samples have different numbers or formats of images needs the
 columns given: ``hf_features(root)`` builds them from the manifest (every image file name that
 occurs) and from the samples' JSON, and ``load_hf(root)`` does the whole call.
+
+EXIF orientation: ``datasets`` rotates an image that carries an EXIF orientation when it decodes it,
+Energon, Pillow and Megatron Bridge's path do not. ``vlmdata build`` stores such images upright (the
+rotation applied, no orientation tag left), so every reader sees the same pixels and the sizes in the
+sample JSON; ``vlmdata validate`` warns about oriented images in datasets built before that.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from itertools import islice
 
 from .manifest import load_manifest, shard_paths
-from .tario import iter_shard
+from .schema import BadJSON, loads
+from .tario import TarReadError, iter_shard
 
 
 def hf_features(root: str, probe_samples: int = 64):
@@ -23,7 +28,16 @@ def hf_features(root: str, probe_samples: int = 64):
     m = load_manifest(root)
     metas = []
     for path in shard_paths(root, m):
-        metas += [json.loads(s.files["json"]) for s in islice(iter_shard(path), probe_samples - len(metas))]
+        try:
+            for s in islice(iter_shard(path), probe_samples - len(metas)):
+                try:
+                    meta = loads(s.files["json"]) if "json" in s.files else None
+                except BadJSON:
+                    continue
+                if isinstance(meta, dict):
+                    metas.append(meta)
+        except (OSError, TarReadError):
+            continue  # a damaged shard: the columns come from the others
         if len(metas) >= probe_samples:
             break
     schema = pa.concat_tables([pa.Table.from_pylist([{"json": mm}]) for mm in metas], promote_options="default").schema

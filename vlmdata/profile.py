@@ -18,6 +18,7 @@ folder or LLaVA/messages JSON (the readers of ``vlmdata build``) and returns a p
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -35,11 +36,11 @@ from PIL import Image
 
 from . import __version__ as VLMDATA_VERSION
 from . import storage
-from .images import ImageProblem, probe
+from .images import ImageProblem, check_image
 from .manifest import MANIFEST_NAME, ManifestError, load_manifest, shard_paths
 from .qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, SPECS, get_spec, load_qwen_tokenizer, shipped_tokenizer_dir
 from .qwen import visual_tokens as qwen_visual_tokens
-from .schema import dumps
+from .schema import BadJSON, conversation_problem, count_image_parts, dumps, loads, safe_label
 from .synthetic.jpeg import jpeg_info
 from .tario import TarReadError, iter_raw_samples, iter_shard
 
@@ -167,40 +168,73 @@ def _read_shard(path: str):
         yield from iter_shard(path)
 
 
-def _iter_shard_samples(paths: list[str], skipped: Counter) -> Iterator[InputSample]:
-    for path in paths:
+def _sample_problem(conv, images: list[bytes]) -> str | None:
+    """The reason a sample fails the validity rule the build applies (text and image headers), or None."""
+    bad = conversation_problem(conv)
+    if bad:
+        return bad[0]
+    if count_image_parts(conv) != len(images):
+        return "bad_record"
+    for data in images:
+        try:
+            check_image(data)
+        except ImageProblem as e:
+            return e.reason
+    return None
+
+
+def _iter_shard_samples(paths: list[str], skipped: Counter, counts: list[int] | None = None) -> Iterator[InputSample]:
+    """Samples of the shards; a damaged shard or sample is counted in ``skipped`` (by reason), never raised.
+    ``counts``: the manifest's sample count per shard (a missing or cut shard counts its lost samples)."""
+    for n, path in enumerate(paths):
+        got = 0
         try:
             for raw in _read_shard(path):
+                got += 1
                 try:
-                    meta = json.loads(raw.files["json"])
-                    images = [raw.files[i["file"]] for i in meta["images"]]
-                    conv = meta["conversation"]
-                except (KeyError, TypeError, ValueError):
+                    meta = loads(raw.files["json"]) if "json" in raw.files else None
+                    infos = meta.get("images") if isinstance(meta, dict) else None
+                    conv = meta.get("conversation") if isinstance(meta, dict) else None
+                    if not isinstance(infos, list):
+                        raise KeyError("images")
+                    images = [raw.files[i["file"]] for i in infos]
+                except (BadJSON, KeyError, TypeError):
                     skipped["bad_sample"] += 1
                     continue
-                yield InputSample(conv, images, f"{storage.basename(path)}:{raw.key}")
-        except TarReadError as e:
-            raise ProfileError(f"{storage.redact(path)}: {e}") from None
+                reason = _sample_problem(conv, images)
+                if reason:
+                    skipped[reason] += 1
+                    continue
+                yield InputSample(conv, images, f"{storage.basename(path)}:{safe_label(raw.key, 200)}")
+        except TarReadError:
+            lost = (counts[n] - got) if counts and counts[n] > got else 1
+            skipped["truncated_tar"] += lost
         except FileNotFoundError:
-            raise ProfileError(f"{storage.redact(path)}: shard listed in the manifest is missing") from None
+            skipped["missing_shard"] += counts[n] if counts else 1
+        except (OSError, storage.StorageError):
+            skipped["read_error"] += (counts[n] - got) if counts and counts[n] > got else 1
 
 
 def open_input(path: str, opts: ProfileOptions) -> tuple[dict, Iterator[InputSample], Counter]:
     """(source description, samples, skip counter) for a dataset folder, shard, image folder or JSON."""
     skipped: Counter = Counter()
-    path = storage.local(os.fspath(path))
+    try:
+        path = storage.local(os.fspath(path))
+    except storage.CredentialsInURL as e:
+        raise ProfileError(str(e)) from None
     if storage.is_url(path):
         return _open_remote_input(path, opts, skipped)
-    if not os.path.exists(path):
-        raise ProfileError(f"{path}: no such file or directory")
+    if "\0" in path or not os.path.exists(path):
+        raise ProfileError(f"{safe_label(path)}: no such file or directory")
     if os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST_NAME)):
         try:
             m = load_manifest(path)
+            paths = shard_paths(path, m)
         except ManifestError as e:
             raise ProfileError(str(e)) from None
         desc = {"path": os.path.abspath(path), "kind": "shards", "manifest_kind": m.get("kind"),
                 "manifest_samples": m.get("totals", {}).get("samples")}
-        return desc, _iter_shard_samples(shard_paths(path, m), skipped), skipped
+        return desc, _iter_shard_samples(paths, skipped, [e["samples"] for e in m["shards"]]), skipped
     if os.path.isfile(path) and path.endswith(".tar"):
         return {"path": os.path.abspath(path), "kind": "shard"}, _iter_shard_samples([path], skipped), skipped
     return _open_source_input(path, os.path.abspath(path), opts, skipped)
@@ -215,45 +249,66 @@ def _open_remote_input(url: str, opts: ProfileOptions, skipped: Counter) -> tupl
         if storage.exists(storage.join(url, MANIFEST_NAME)):
             try:
                 m = load_manifest(url)
+                paths = shard_paths(url, m)
             except ManifestError as e:
                 raise ProfileError(str(e)) from None
             desc = {"path": shown, "kind": "shards", "manifest_kind": m.get("kind"),
                     "manifest_samples": m.get("totals", {}).get("samples")}
-            return desc, _iter_shard_samples(shard_paths(url, m), skipped), skipped
+            return desc, _iter_shard_samples(paths, skipped, [e["samples"] for e in m["shards"]]), skipped
         if not storage.exists(url):
             raise ProfileError(f"{shown}: no such file or folder")
     except (storage.StorageError, OSError) as e:
-        raise ProfileError(f"{shown}: {e}") from None
+        raise ProfileError(f"{shown}: {storage.redact_text(e)}") from None
     return _open_source_input(url, shown, opts, skipped)
 
 
 def _open_source_input(path: str, shown: str, opts: ProfileOptions,
                        skipped: Counter) -> tuple[dict, Iterator[InputSample], Counter]:
     from .sources import SourceError, open_source
+    from .sources.base import MAX_IMAGE_BYTES
 
     try:
         fmt, items = open_source(path, opts.format, image_root=opts.image_root, prompt=opts.prompt)
     except SourceError as e:
         raise ProfileError(str(e)) from None
 
+    def read(ref) -> bytes:
+        if not isinstance(ref, str):
+            return bytes(ref)
+        if storage.is_url(ref):
+            data = storage.cat(ref)
+            if len(data) > MAX_IMAGE_BYTES:
+                raise storage.FileTooLarge(27, "image too large")
+            return data
+        return storage.read_regular(ref, MAX_IMAGE_BYTES, "image file")
+
     def gen() -> Iterator[InputSample]:
-        for item in items:
-            if item.error or not item.conversation:
-                skipped[item.error[0] if item.error else "bad_record"] += 1
-                continue
-            images = []
+        while True:
             try:
-                for ref in item.images:
-                    if isinstance(ref, str):
-                        images.append(storage.cat(ref))
-                    else:
-                        images.append(bytes(ref))
-                    probe(images[-1])  # the check `vlmdata build` makes: header and end marker
-            except OSError:
+                item = next(items)
+            except StopIteration:
+                return
+            except SourceError as e:
+                raise ProfileError(str(e)) from None
+            except (OSError, storage.StorageError) as e:
+                raise ProfileError(f"{shown}: {storage.redact_text(getattr(e, 'strerror', None) or e)}") from None
+            try:
+                if item.error or not item.conversation:
+                    skipped[item.error[0] if item.error else "bad_record"] += 1
+                    continue
+                images = [read(ref) for ref in item.images]
+            except FileNotFoundError:
                 skipped["missing_file"] += 1
                 continue
-            except ImageProblem as e:
-                skipped[e.reason] += 1
+            except (OSError, storage.StorageError):
+                skipped["unreadable_file"] += 1
+                continue
+            except Exception:  # noqa: BLE001 - one input never stops a profile (as in the build)
+                skipped["unexpected_error"] += 1
+                continue
+            reason = _sample_problem(item.conversation, images)
+            if reason:
+                skipped[reason] += 1
                 continue
             yield InputSample(item.conversation, images, item.input)
 
@@ -301,14 +356,25 @@ def decode_ms(data: bytes, repeats: int = 5) -> float:
     return float(min(ts)) / 1e6
 
 
+def _try_decode_ms(data: bytes, repeats: int) -> float | None:
+    try:
+        return decode_ms(data, repeats)
+    except Exception:  # noqa: BLE001 - an image whose pixels do not decode is counted, not timed
+        return None
+
+
 def measure_decode(images: list[bytes], repeats: int = 5) -> dict:
-    """Decode-time record of a list of encoded images: per-image ms, median, p10/p90, decoder."""
+    """Decode-time record of a list of encoded images: per-image ms, median, p10/p90, decoder.
+    Images whose pixels fail to decode are left out and counted in ``failed``."""
     for data in images[:3]:  # warm up allocator and code paths
-        decode_ms(data, 1)
-    ms = [decode_ms(d, repeats) for d in images]
+        _try_decode_ms(data, 1)
+    timed = [_try_decode_ms(d, repeats) for d in images]
+    ms = [t for t in timed if t is not None]
     rec = {"decoder": decoder_name(), "operation": "PIL Image.open + load (full decode, native mode)",
            "clock": "thread CPU time", "per_image": f"fastest of {repeats} decodes", "repeats": repeats, "images": len(ms),
            "machine": f"{platform.machine()} {os.cpu_count()} CPUs", "ms": [round(x, 4) for x in ms]}
+    if len(ms) != len(timed):
+        rec["failed"] = len(timed) - len(ms)
     if ms:
         a = np.array(ms)
         rec.update(median_ms=round(float(np.median(a)), 4), p10_ms=round(float(np.percentile(a, 10)), 4),
@@ -468,11 +534,16 @@ def write_profile(profile: dict, path: str) -> str:
     """Write canonical compact JSON (atomic); returns its sha256."""
     data = dumps(profile) + b"\n"
     tmp = f"{path}.tmp{os.getpid()}"
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        d = os.path.dirname(os.path.abspath(path))
+        os.makedirs(d, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise ProfileError(f"{path}: cannot write the profile ({e.strerror or e})") from None
     return hashlib.sha256(data).hexdigest()
 
 
@@ -519,17 +590,21 @@ def validate_profile(p, where: str = "profile") -> dict:
 def load_profile(path: str) -> dict:
     """Read and check a profile file. The returned dict carries ``_sha256`` of the file bytes
     (not part of the document; dropped when written again)."""
-    if not os.path.exists(path):
-        raise ProfileError(f"{path}: no such profile file")
+    if "\0" in str(path) or not os.path.exists(path):
+        raise ProfileError(f"{safe_label(path)}: no such profile file")
     if os.path.isdir(path):
         raise ProfileError(f"{path}: is a directory, expected a profile JSON file")
-    with open(path, "rb") as f:
-        data = f.read()
+    try:
+        data = storage.read_regular(path, 1 << 30, "profile file")
+    except OSError as e:
+        raise ProfileError(f"{path}: {e.strerror or e}") from None
     if not data.strip():
         raise ProfileError(f"{path}: empty file, not a profile")
     try:
         p = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except RecursionError:
+        raise ProfileError(f"{path}: JSON nested too deeply, not a profile") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
         body = data.strip()
         kind = "truncated" if body[:1] in (b"{", b"[") and body[-1:] not in (b"}", b"]") else "invalid"
         raise ProfileError(f"{path}: {kind} JSON, not a complete profile ({e})") from None

@@ -6,8 +6,11 @@ a function of the sample sequence alone:
 - ``Planner`` (one process, in input order) decides which samples go into which shard from their
   exact tar sizes. It holds only sizes and references, never image bytes.
 - ``write_shard`` (any process) writes one planned shard to ``NAME.tmp``, hashes it, renames it
-  into place, then records it (stats, the input range it covers, the inputs skipped in that range)
-  in the state folder that ``--resume`` reads.
+  into place, then records it (stats, the input range it covers, the inputs skipped in that range,
+  its keys as runs) in the state folder that ``--resume`` reads.
+
+Image files are copied with ``storage.read_regular`` (regular files only, size-capped); a file whose
+size changed since it was checked raises ``SourceChanged``.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Union
 
-from .schema import Sample, dumps
-from .storage import cat, is_url
+from .schema import Sample, dumps, key_runs
+from .storage import FileTooLarge, cat, is_url, read_regular
 from .tario import END_BYTES, TarWriter, member_size
+
+MAX_PAYLOAD_BYTES = 8**11 - 1  # the largest member a ustar header can describe
 
 ImagePayload = Union[str, bytes]  # a file to copy (path) or the bytes themselves
 
@@ -32,11 +37,13 @@ class Entry:
     key: str
     meta: bytes
     images: list[tuple[str, ImagePayload, int]]  # (suffix "0.jpg", payload, size)
+    input: str = ""  # where it came from (for a skip record)
+    source_id: str = ""
 
     @classmethod
     def from_sample(cls, sample: Sample, index: int) -> "Entry":
         images = [(info.file, data, len(data)) for info, data in zip(sample.image_info, sample.images)]
-        return cls(index, sample.key, dumps(sample.meta()), images)
+        return cls(index, sample.key, dumps(sample.meta()), images, input=sample.key, source_id=sample.source_id)
 
     @property
     def tar_bytes(self) -> int:
@@ -67,9 +74,13 @@ class ShardRecord:
     image_bytes: int = 0
     skipped: list[dict] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)  # every file suffix that occurs ("json", "0.jpg", ...)
+    key_runs: list[list] | None = None  # the keys as [first_key, count] runs (manifest.key_runs)
 
     def manifest_entry(self) -> dict:
-        return {k: getattr(self, k) for k in ("name", "samples", "images", "bytes", "sha256", "first_key", "last_key")}
+        e = {k: getattr(self, k) for k in ("name", "samples", "images", "bytes", "sha256", "first_key", "last_key")}
+        if self.key_runs is not None:
+            e["key_runs"] = self.key_runs
+        return e
 
 
 def write_json_atomic(path: str, obj) -> None:
@@ -146,8 +157,10 @@ def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: boo
                     if is_url(payload):
                         payload = cat(payload)
                     else:
-                        with open(payload, "rb") as src:
-                            payload = src.read()
+                        try:
+                            payload = read_regular(payload, size, "image file")
+                        except FileTooLarge:
+                            raise SourceChanged(f"{e.key}: an input image grew while building (was {size} bytes)") from None
                     if len(payload) != size:
                         raise SourceChanged(f"{e.key}: an input image changed while building ({size} -> {len(payload)} bytes)")
                 w.add(f"{e.key}.{suffix}", payload)
@@ -165,7 +178,8 @@ def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: boo
     rec = ShardRecord(name=plan.name, samples=len(plan.entries), images=images, bytes=w.size, sha256=sha,
                       first_key=plan.entries[0].key, last_key=plan.entries[-1].key, start_index=plan.start_index,
                       end_index=plan.end_index, image_bytes=image_bytes, skipped=plan.skipped,
-                      parts=sorted(parts, key=lambda p: (p != "json", p)))
+                      parts=sorted(parts, key=lambda p: (p != "json", p)),
+                      key_runs=key_runs([e.key for e in plan.entries]))
     if state_dir:
         write_json_atomic(os.path.join(state_dir, f"{plan.no:06d}.json"), asdict(rec))
     return rec

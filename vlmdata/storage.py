@@ -12,22 +12,34 @@ URL goes through fsspec:
   name then renames, ``rename(src, dst)``, ``rm(p, recursive=False)``, ``write_bytes(p, data)`` (atomic),
   ``write_json(p, obj)``.
 - ``redact(p)``: the URL without any user:password@ part or query string; use it for anything that
-  is written down (manifests, logs, reports).
+  is written down (manifests, logs, reports). ``redact_text(text)`` scrubs any text (an error message,
+  a traceback) of URL credentials, signed-URL query parameters and the values of the credential
+  environment variables; ``redacting()`` applies it to an exception escaping a block.
+- ``read_regular(path, max_bytes)``: the one way vlmdata reads an input file: only regular files
+  (a FIFO, a device such as ``/dev/zero``, a socket or a directory is refused without blocking),
+  at most ``max_bytes``.
+- ``within(path, root)``: whether a path stays inside a root folder (lexically, no ``..`` escape).
 
 Credentials come only from the environment, the way each fsspec backend reads it (for S3:
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``,
 ``AWS_ENDPOINT_URL``/``AWS_ENDPOINT_URL_S3``, ``AWS_DEFAULT_REGION``). vlmdata never takes them as
-arguments, so they cannot end up in a manifest, a log line or a report.
+arguments: a remote URL with a ``user:password@`` part, a query string or a fragment is refused by
+``local()`` (which every path goes through) with ``CredentialsInURL`` before any backend sees it, so a
+secret cannot end up in a manifest, an object key, a log line, a report or a traceback.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
+import errno
+import functools
 import json
 import os
 import posixpath
 import re
 import shutil
+import stat
 from urllib.parse import urlsplit, urlunsplit
 
 OBJECT_STORES = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl"}
@@ -38,18 +50,45 @@ class StorageError(Exception):
     """A remote filesystem could not be used (backend not installed, bad URL)."""
 
 
+class CredentialsInURL(StorageError, ValueError):
+    """A URL carries credentials, a query string or a fragment; the message shows it redacted."""
+
+
+class NotRegularFile(OSError):
+    """An input path is not a regular file (FIFO, device, socket, directory)."""
+
+
+class FileTooLarge(OSError):
+    """An input file is larger than the cap for its kind."""
+
+
 def protocol(p: str) -> str | None:
     m = _URL.match(str(p))
     return m.group(1).lower() if m else None
 
 
+def check_url(p: str) -> str:
+    """``p`` unchanged, or CredentialsInURL when a remote URL has ``user[:password]@``, ``?query`` or
+    ``#fragment`` (credentials come from the environment only; a query would become part of object keys)."""
+    proto = protocol(p)
+    if proto is None or proto == "file":
+        return p
+    parts = urlsplit(p)
+    if "@" in parts.netloc or parts.query or parts.fragment or "?" in p or "#" in p:
+        raise CredentialsInURL(
+            f"{redact(p)}: credentials, query strings and fragments are not accepted in URLs (vlmdata reads "
+            "credentials from the environment, e.g. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE)")
+    return p
+
+
 def local(p: str) -> str:
-    """``file:///x`` -> ``/x``; local paths unchanged; other URLs unchanged."""
+    """``file:///x`` -> ``/x``; local paths unchanged; other URLs unchanged (CredentialsInURL when they carry
+    credentials, a query or a fragment, see ``check_url``)."""
     p = os.fspath(p)
     if protocol(p) == "file":
         rest = p[len("file://"):]
         return rest if rest.startswith("/") else os.path.abspath(rest)
-    return p
+    return check_url(p)
 
 
 def is_url(p) -> bool:
@@ -63,9 +102,154 @@ def redact(p: str) -> str:
     p = os.fspath(p)
     if not is_url(p):
         return p
-    parts = urlsplit(p)
+    try:
+        parts = urlsplit(p)
+    except ValueError:  # e.g. an unbalanced IPv6 bracket: keep only the scheme
+        return f"{protocol(p)}://<unparseable URL>"
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+# scheme://user[:password]@  ->  scheme://
+_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@'\"<>]*@")
+# ?query / #fragment of a URL, up to whitespace or a quote
+_URL_QUERY = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>?#]*)[?#][^\s'\"<>]*")
+# signed-URL and token parameters wherever they appear
+_SECRET_PARAMS = re.compile(
+    r"(?i)\b(x-amz-signature|x-amz-credential|x-amz-security-token|signature|sig|awsaccesskeyid|"
+    r"access_token|security_token|token)=([^&\s'\"<>]+)")
+SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID", "AZURE_STORAGE_KEY",
+              "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CONNECTION_STRING", "GOOGLE_APPLICATION_CREDENTIALS_JSON")
+
+
+def redact_text(text: str) -> str:
+    """Scrub secrets from any text.
+
+    Args:
+        text: a message, a traceback line, anything (non-strings are converted with ``str``).
+
+    Returns:
+        ``text`` with URL credentials (``scheme://user:pass@``), URL query strings and fragments, signed-URL
+        parameters and the values of credential environment variables (``SECRET_ENV``) replaced."""
+    text = _USERINFO.sub(r"\1", str(text))
+    text = _URL_QUERY.sub(r"\1", text)
+    text = _SECRET_PARAMS.sub(lambda m: f"{m.group(1)}=***", text)
+    for name in SECRET_ENV:
+        v = os.environ.get(name)
+        if v and len(v) >= 8:
+            text = text.replace(v, "***")
+    return text
+
+
+def _redact_exception(e: BaseException, seen: set[int]) -> None:
+    if id(e) in seen:
+        return
+    seen.add(id(e))
+    try:
+        e.args = tuple(redact_text(a) if isinstance(a, str) else a for a in e.args)
+        for attr in ("filename", "filename2", "strerror", "msg"):
+            v = getattr(e, attr, None)
+            if isinstance(v, str):
+                setattr(e, attr, redact_text(v))
+    except (AttributeError, TypeError):
+        pass
+    for nxt in (e.__cause__, e.__context__):
+        if nxt is not None:
+            _redact_exception(nxt, seen)
+
+
+@contextlib.contextmanager
+def redacting():
+    """Scrub an exception escaping the block (and the exceptions chained to it) with ``redact_text``: its
+    message, its cause and its context, so that a traceback printed later carries no credential. When
+    an exception's own ``__str__`` still shows a secret, it is replaced by a RuntimeError with the
+    redacted text."""
+    try:
+        yield
+    except BaseException as e:
+        if isinstance(e, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise
+        _redact_exception(e, set())
+        try:
+            text = str(e)
+        except Exception:  # noqa: BLE001 - a broken __str__ must not hide the original error
+            text = type(e).__name__
+        if redact_text(text) != text:
+            raise RuntimeError(f"{type(e).__name__}: {redact_text(text)}") from None
+        raise
+
+
+def read_regular(path: str, max_bytes: int, what: str = "file") -> bytes:
+    """The bytes of a local regular file of at most ``max_bytes`` (``what`` names it in messages).
+
+    A FIFO, character or block device (``/dev/zero``), socket or directory raises NotRegularFile without
+    blocking (the file is opened with O_NONBLOCK and checked with fstat before any read); a larger file
+    raises FileTooLarge; a path with a NUL byte raises NotRegularFile. Other OSErrors propagate
+    (FileNotFoundError, PermissionError, ...).
+    """
+    path = os.fspath(path)
+    if "\0" in path:
+        raise NotRegularFile(errno.EINVAL, "path contains a NUL byte")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+                 | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"{what} is {_kind(st.st_mode)}, not a regular file")
+        if st.st_size > max_bytes:
+            raise FileTooLarge(errno.EFBIG, f"{what} is {st.st_size} bytes, more than the limit of {max_bytes}")
+        with builtins.open(fd, "rb", closefd=False) as f:
+            data = f.read(max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:  # grew while reading
+        raise FileTooLarge(errno.EFBIG, f"{what} is more than the limit of {max_bytes} bytes")
+    return data
+
+
+def read_regular_parts(path: str, max_bytes: int, head: int, tail: int, what: str = "file") -> "bytes | tuple[bytes, bytes, int]":
+    """Like ``read_regular``, but a file larger than ``head + tail`` bytes comes back as (its first ``head``
+    bytes, its last ``tail`` bytes, its size) without reading the middle."""
+    path = os.fspath(path)
+    if "\0" in path:
+        raise NotRegularFile(errno.EINVAL, "path contains a NUL byte")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+                 | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"{what} is {_kind(st.st_mode)}, not a regular file")
+        if st.st_size > max_bytes:
+            raise FileTooLarge(errno.EFBIG, f"{what} is {st.st_size} bytes, more than the limit of {max_bytes}")
+        if st.st_size <= head + tail:
+            with builtins.open(fd, "rb", closefd=False) as f:
+                data = f.read(max_bytes + 1)
+            if len(data) > max_bytes:
+                raise FileTooLarge(errno.EFBIG, f"{what} is more than the limit of {max_bytes} bytes")
+            return data
+        return os.pread(fd, head, 0), os.pread(fd, tail, st.st_size - tail), st.st_size
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a directory" if stat.S_ISDIR(mode) else "not a regular file")
+
+
+def within(path: str, root: str) -> bool:
+    """Whether ``path`` (absolute, or relative to ``root``) stays inside ``root`` after normalising ``.``
+    and ``..`` (lexically: symlinks inside the root are the root owner's choice and are followed)."""
+    if is_url(root) or is_url(path):
+        if protocol(path) != protocol(root) and is_url(path):
+            return False
+        base = posixpath.normpath(root.split("://", 1)[-1].rstrip("/"))
+        p = path.split("://", 1)[-1] if is_url(path) else posixpath.join(base, path)
+        p = posixpath.normpath(p)
+        return p == base or p.startswith(base + "/")
+    base = os.path.normpath(os.path.abspath(root))
+    p = os.path.normpath(os.path.join(base, path))
+    return p == base or p.startswith(base.rstrip(os.sep) + os.sep)
 
 
 def fs_and_path(p: str, fresh: bool = False):
@@ -73,6 +257,7 @@ def fs_and_path(p: str, fresh: bool = False):
 
     ``fresh``: forget cached listings first (other processes, e.g. build workers, may have written).
     """
+    check_url(p)
     try:
         from fsspec.core import url_to_fs
     except ImportError:
@@ -86,6 +271,22 @@ def fs_and_path(p: str, fresh: bool = False):
         raise StorageError(f"{redact(p)}: {e} (for s3:// URLs: pip install 'vlmdata[s3]')") from None
     except ValueError as e:
         raise StorageError(f"{redact(p)}: {e}") from None
+
+
+def _translated(fn):
+    """Errors of a remote backend (botocore, aiohttp, gcsfs, ...) that are not OSErrors become StorageError with
+    the redacted text, so callers need to know only OSError and StorageError."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+        try:
+            return fn(*args, **kw)
+        except (OSError, StorageError, ValueError, TypeError, KeyboardInterrupt):
+            raise
+        except Exception as e:  # noqa: BLE001 - backend exception types are open-ended
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+            raise StorageError(redact_text(f"{type(e).__name__}: {first}")) from None
+    return wrapper
 
 
 def _full(p: str, inner: str) -> str:
@@ -110,6 +311,7 @@ def basename(p: str) -> str:
     return posixpath.basename(p.rstrip("/")) if is_url(p) else os.path.basename(p)
 
 
+@_translated
 def open(p: str, mode: str = "rb", **kw):  # noqa: A001 (mirrors builtins.open)
     p = local(p)
     if not is_url(p):
@@ -118,6 +320,7 @@ def open(p: str, mode: str = "rb", **kw):  # noqa: A001 (mirrors builtins.open)
     return fs.open(inner, mode, **kw)
 
 
+@_translated
 def cat(p: str) -> bytes:
     p = local(p)
     if not is_url(p):
@@ -127,6 +330,7 @@ def cat(p: str) -> bytes:
     return fs.cat_file(inner)
 
 
+@_translated
 def cat_many(paths: list[str]) -> dict[str, bytes | Exception]:
     """Many small files at once (concurrent requests on async backends such as s3fs)."""
     out: dict[str, bytes | Exception] = {}
@@ -146,6 +350,7 @@ def cat_many(paths: list[str]) -> dict[str, bytes | Exception]:
     return out
 
 
+@_translated
 def exists(p: str) -> bool:
     p = local(p)
     if not is_url(p):
@@ -154,6 +359,7 @@ def exists(p: str) -> bool:
     return fs.exists(inner)
 
 
+@_translated
 def isdir(p: str) -> bool:
     p = local(p)
     if not is_url(p):
@@ -162,6 +368,7 @@ def isdir(p: str) -> bool:
     return fs.isdir(inner)
 
 
+@_translated
 def isfile(p: str) -> bool:
     p = local(p)
     if not is_url(p):
@@ -170,6 +377,7 @@ def isfile(p: str) -> bool:
     return fs.isfile(inner)
 
 
+@_translated
 def size(p: str) -> int:
     p = local(p)
     if not is_url(p):
@@ -178,6 +386,7 @@ def size(p: str) -> int:
     return int(fs.size(inner))
 
 
+@_translated
 def ls(p: str) -> list[str]:
     """Full paths/URLs of the direct children of a folder (empty when it does not exist)."""
     p = local(p)
@@ -190,6 +399,7 @@ def ls(p: str) -> list[str]:
         return []
 
 
+@_translated
 def find(p: str) -> list[str]:
     """Full paths/URLs of every file below a folder, recursively, sorted."""
     p = local(p)
@@ -206,6 +416,7 @@ def makedirs(p: str) -> None:
     # object stores have no folders
 
 
+@_translated
 def rm(p: str, recursive: bool = False) -> None:
     """Remove a file (or a folder with ``recursive``); a missing path is not an error."""
     p = local(p)
@@ -223,6 +434,7 @@ def rm(p: str, recursive: bool = False) -> None:
         pass
 
 
+@_translated
 def rename(src: str, dst: str) -> None:
     src, dst = local(src), local(dst)
     if not is_url(src) and not is_url(dst):
@@ -233,6 +445,7 @@ def rename(src: str, dst: str) -> None:
     fs.mv(a, b)
 
 
+@_translated
 def put(local_file: str, p: str) -> None:
     """Upload a local file so that ``p`` never exists half-written.
 
@@ -258,6 +471,7 @@ def put(local_file: str, p: str) -> None:
         raise OSError(f"{redact(p)}: uploaded {got} bytes, expected {want}")
 
 
+@_translated
 def get(p: str, local_file: str) -> None:
     """Download to ``local_file`` (via a .tmp name and a rename)."""
     p = local(p)
@@ -270,6 +484,7 @@ def get(p: str, local_file: str) -> None:
     os.replace(tmp, local_file)
 
 
+@_translated
 def write_bytes(p: str, data: bytes) -> None:
     """Write a whole file atomically (tmp + rename locally; a single PUT on object stores)."""
     p = local(p)
@@ -297,6 +512,7 @@ def read_json(p: str):
     return json.loads(cat(p).decode("utf-8"))
 
 
-__all__ = ["OBJECT_STORES", "StorageError", "basename", "cat", "cat_many", "dirname", "exists", "find", "fs_and_path",
+__all__ = ["OBJECT_STORES", "CredentialsInURL", "FileTooLarge", "NotRegularFile", "StorageError", "basename",
+           "check_url", "read_regular", "read_regular_parts", "redact_text", "redacting", "within", "cat", "cat_many", "dirname", "exists", "find", "fs_and_path",
            "get", "is_url", "isdir", "isfile", "join", "local", "ls", "makedirs", "open", "protocol", "put",
            "read_json", "redact", "rename", "rm", "size", "write_bytes", "write_json"]

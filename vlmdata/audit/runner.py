@@ -384,9 +384,11 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
         n = len(cfg.sources)
         done, stop_reason = 0, None
         t_measure = clock()
-        ctx = progress(n * cap) if progress else nullcontext(lambda k=1: None)
+        ctx = progress(n * min_steps) if progress else nullcontext(lambda k=1: None)  # the expected steps
         with ctx as advance:
             while stop_reason is None:
+                if done == min_steps and hasattr(advance, "set_total"):  # measuring on past min_steps
+                    advance.set_total(n * cap)
                 if rounds:
                     warm_up({name: range(cfg.warmup + done, cfg.warmup + min(cap, done + cfg.block))
                              for name in cfg.sources})

@@ -83,6 +83,13 @@ def _seconds(text: str) -> float:
     return v
 
 
+def _sweep_item(text: str) -> str:
+    key, sep, values = text.partition("=")
+    if not sep or not key.strip() or not [v for v in values.split(",") if v.strip()]:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=V1,V2,... (e.g. micro_batch_size=1,2,4)")
+    return text
+
+
 def add_parser(sub):
     from ..audit.inputs import ALL_SOURCES, SOURCES
 
@@ -143,7 +150,7 @@ def add_parser(sub):
     p.add_argument("--threads", type=_positive, help="torch CPU threads (default: torch's)")
     p.add_argument("-o", "--out", help="write report.json, report.md and report.html (and the synthetic twin) here")
     p.add_argument("--json", action="store_true", help="print the report (without per-step records) as JSON")
-    p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+    p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2", type=_sweep_item,
                    help="run every configuration of a grid on every source and report which tuning decisions each "
                         "mock gets wrong; repeatable (the grid is the product). Keys: micro_batch_size, "
                         "freeze_vision (0/1), recompute (none/selective/full), parallel (ddp/fsdp, under torchrun); "
@@ -247,7 +254,8 @@ def run(args) -> int:
     main = info is None or info.is_main
     show_progress = main and not (args.quiet or args.json)
     try:
-        bar = lambda total: progress("audit: " + ", ".join(cfg.sources), total, quiet=not show_progress)  # noqa: E731
+        bar = lambda total: progress("audit: " + ", ".join(cfg.sources), total, unit="steps",  # noqa: E731
+                                     quiet=not show_progress)
         build = lambda res: build_report(gather(res, info), threshold=args.threshold, seed=cfg.seed)  # noqa: E731
         try:
             if args.sweep:

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from rich.markup import escape
 from rich.table import Table
 
 from .. import storage
-from ..cli_args import parse_size
-from ..build import BuildError, BuildOptions, build
-from ..console import EXIT_OK, UserError, counts, err, human_bytes, out, print_json, progress
+from ..build import DEFAULT_MIN_WRITTEN_FRACTION, BuildError, BuildOptions, build, build_shortfall
+from ..cli_args import cli_flags, parse_size, positive_int
+from ..console import EXIT_FAIL, EXIT_OK, UserError, counts, err, human_bytes, out, print_json, progress
 from ..engines import ENGINES, EngineError
 from ..sources import FORMATS, SourceError
+
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number between 0 and 1") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number between 0 and 1")
+    return v
 
 
 def add_parser(sub):
@@ -31,14 +43,21 @@ def add_parser(sub):
     p.add_argument("--image-column", help="HF dataset image column (default: detected)")
     p.add_argument("--text-column", help="HF dataset text/conversation column (default: detected)")
     p.add_argument("--prefix", default="shard", help="shard file name prefix (default: shard)")
-    p.add_argument("--max-count", type=int, default=1000, help="samples per shard at most (default 1000)")
+    p.add_argument("--max-count", type=positive_int, default=1000, help="samples per shard at most (default 1000)")
     p.add_argument("--max-size", type=parse_size, default="512MiB",
                    help="bytes per shard at most, tar headers and padding included (default 512MiB; 0 = no limit)")
-    p.add_argument("--max-pixels", type=int, help="re-encode images above this many pixels (default: never re-encode)")
-    p.add_argument("--max-image-pixels", type=int, default=178_956_970, help="skip images above this many pixels as decompression bombs")
+    p.add_argument("--max-pixels", type=positive_int, help="re-encode images above this many pixels (default: never re-encode)")
+    p.add_argument("--max-image-pixels", type=positive_int, default=178_956_970,
+                   help="skip images above this many pixels as decompression bombs")
+    p.add_argument("--allow-outside-root", action="store_true",
+                   help="read image paths in records (JSON, HF path cells) that point outside the source root "
+                   "(the image root / dataset folder); default: skip them as outside_root")
+    p.add_argument("--min-written-fraction", type=_fraction, default=DEFAULT_MIN_WRITTEN_FRACTION,
+                   help="exit 1 when fewer than this fraction of the inputs were written (default 0.5; 0 = off; "
+                   "writing nothing always exits 1)")
     p.add_argument("--verify", choices=("header", "full"), default="header",
                    help="image check while building: header + end marker (fast), or full decode")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help="worker processes, or CPUs of the local Ray instance (default: all cores)")
     p.add_argument("--engine", choices=ENGINES, default="local",
                    help="where per-chunk and per-shard work runs: local processes or Ray tasks (same output)")
@@ -50,7 +69,8 @@ def add_parser(sub):
                    help="flush each shard to disk before renaming it (durable across power loss; slower)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true", help="finish an interrupted build in OUT")
-    g.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
+    g.add_argument("--overwrite", action="store_true", help="replace the vlmdata dataset in OUT (never the source, "
+                   "never a folder that is not a dataset; only after the new source has been read)")
     p.add_argument("--energon-target", choices=("vlmdata", "bridge"), default="vlmdata",
                    help="class named in .nv-meta/dataset.yaml: vlmdata's (Bridge's own where installed) or Bridge's directly")
     p.add_argument("--json", action="store_true", help="print the manifest summary as JSON")
@@ -58,11 +78,16 @@ def add_parser(sub):
 
 
 def run(args) -> int:
+    with storage.redacting():
+        return _run(args)
+
+
+def _run(args) -> int:
     opts = BuildOptions(prefix=args.prefix, max_count=args.max_count, max_size=args.max_size or None,
                         max_pixels=args.max_pixels, max_image_pixels=args.max_image_pixels, verify=args.verify,
                         format=args.format, image_root=args.image_root, prompt=args.prompt,
                         image_column=args.image_column, text_column=args.text_column, workers=max(1, args.workers),
-                        fsync=args.fsync)
+                        fsync=args.fsync, allow_outside_root=args.allow_outside_root)
     if args.address and args.engine != "ray":
         raise UserError("--address is for --engine ray")
     try:
@@ -71,7 +96,7 @@ def run(args) -> int:
                       energon_target=args.energon_target, engine=args.engine, address=args.address,
                       staging=args.staging)
     except (SourceError, BuildError, EngineError, storage.StorageError) as e:
-        raise UserError(escape(str(e))) from None  # escape: "vlmdata[ray]" is not rich markup
+        raise UserError(escape(cli_flags(storage.redact_text(e)))) from None  # escape: "vlmdata[ray]" is not markup
     acc = m["accounting"]
     for s in acc["skipped_samples"]:
         err.print(f"skipped {s['input']}: {s['reason']}: {s['detail']}", soft_wrap=True, markup=False)
@@ -89,4 +114,23 @@ def run(args) -> int:
         t.add_row("inputs seen", str(acc["seen"]))
         t.add_row("skipped", f"{acc['skipped']}" + (f" ({counts(acc['skipped_by_reason'])})" if acc["skipped"] else ""))
         out.print(t)
+    short = build_shortfall(m, args.min_written_fraction, source=args.source, opts=opts)
+    if short:
+        err.print(shortfall_message(short), soft_wrap=True, markup=False)
+        return EXIT_FAIL
     return EXIT_OK
+
+
+def shortfall_message(short: dict) -> str:
+    """The one-paragraph verdict for ``build_shortfall``: how much was written, why, and the likely fix."""
+    pct = f"{100 * short['fraction']:.0f}%"
+    head = (f"error: wrote {short['written']} of {short['seen']} inputs ({pct})"
+            + ("" if short["written"] == 0 else f", below --min-written-fraction {short['bar']:g}"))
+    reasons = "; ".join(f"{r['count']} {r['reason']} (e.g. {r['example']})" for r in short["top_reasons"])
+    lines = [head + (f": {reasons}" if reasons else "")]
+    for h in short["hints"]:
+        flag = f"--{h['param'].replace('_', '-')}" if h["param"] else None
+        lines.append(f"likely fix: {flag + ': ' if flag else ''}{cli_flags(h['why'])}")
+    if not short["hints"]:
+        lines.append("run `vlmdata inspect OUT` for every skipped input and its reason")
+    return "\n".join(lines)

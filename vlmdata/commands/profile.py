@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 
+from rich.markup import escape
 from rich.table import Table
 
+from .. import storage
 from ..console import EXIT_OK, UserError, counts, human_bytes, out, print_json, progress
 from ..manifest import MANIFEST_NAME, ManifestError, load_manifest
 from ..profile import (DEFAULT_CAP, DEFAULT_DECODE_IMAGES, MODELS, ProfileError, ProfileOptions, profile_dataset,
@@ -54,6 +56,11 @@ def known_samples(path: str) -> int | None:
 
 
 def run(args) -> int:
+    with storage.redacting():
+        return _run(args)
+
+
+def _run(args) -> int:
     if args.max_rows <= 0:
         raise UserError(f"-n/--max-rows must be a positive number of rows, got {args.max_rows}")
     for name in ("min_pixels", "max_pixels", "decode_repeats"):
@@ -77,13 +84,15 @@ def run(args) -> int:
             plot_profiles([prof], args.plot, [os.path.basename(os.path.normpath(shown))],
                           title=f"{shown} ({prof['model']['name']})")
     except ProfileError as e:
-        raise UserError(str(e)) from None
+        raise UserError(escape(storage.redact_text(e))) from None
+    except OSError as e:  # the plot file
+        raise UserError(escape(f"{args.plot}: {e.strerror or e}")) from None
     s, d = prof["summary"], prof["decode"]
     if args.json:
         print_json({"out": os.path.abspath(args.out), "sha256": sha, "summary": s,
                     "decode": {k: v for k, v in d.items() if k != "ms"}, "rows": prof["rows"]["stored_samples"]})
     else:  # -q hides progress only, never this summary
-        t = Table(title=f"profile of {args.input} -> {args.out}")
+        t = Table(title=f"profile of {storage.redact(args.input)} -> {args.out}")
         for c in ("metric", "p10", "median", "p90", "mean"):
             t.add_column(c, justify="left" if c == "metric" else "right")
         for key in ("images_per_sample", "pixels_per_image", "aspect_ratio", "bytes_per_image", "visual_tokens_per_image",

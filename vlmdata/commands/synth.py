@@ -10,8 +10,9 @@ from rich.table import Table
 
 from ..build import BuildError, write_dataset
 from ..engines import ENGINES, EngineError
-from ..cli_args import parse_size
+from ..cli_args import cli_flags, parse_size
 from ..console import EXIT_OK, UserError, counts, human_bytes, out, print_json, progress
+from ..images import DEFAULT_MAX_IMAGE_PIXELS, MAX_ASPECT_RATIO
 from ..profile import ProfileError, get_tokenizer, load_profile
 from ..synthetic.mocks import IMAGEFREE_ANSWER_TOKENS, IMAGEFREE_PROMPT_TOKENS, MOCKS
 
@@ -63,6 +64,9 @@ def _size(text: str) -> tuple[int, int]:
         raise UserError(f"--image-size {text!r}: expected WIDTHxHEIGHT, e.g. 256x256") from None
     if not sep or min(size) <= 0:
         raise UserError(f"--image-size {text!r}: expected two positive numbers WIDTHxHEIGHT")
+    if size[0] * size[1] > DEFAULT_MAX_IMAGE_PIXELS or max(size) / min(size) > MAX_ASPECT_RATIO:
+        raise UserError(f"--image-size {text!r}: at most {DEFAULT_MAX_IMAGE_PIXELS:,} pixels and an aspect ratio of "
+                        f"{MAX_ASPECT_RATIO} (the image validity rule of vlmdata build)")
     return size
 
 
@@ -120,7 +124,7 @@ def run(args) -> int:
                               workers=args.workers if args.engine else 1, progress=advance,
                               engine=args.engine, address=args.address)
     except (ProfileError, BuildError, EngineError, ValueError) as e:
-        raise UserError(str(e).splitlines()[0]) from None
+        raise UserError(cli_flags(str(e).splitlines()[0])) from None
     dt = time.perf_counter() - t0
     summary = {"out": os.path.abspath(args.out), "generator": source, "totals": m["totals"], "seconds": round(dt, 2)}
     if args.json:

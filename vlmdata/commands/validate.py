@@ -2,40 +2,64 @@
 
 from __future__ import annotations
 
+import argparse
+
 from rich.markup import escape
 
 from .. import storage
 from ..console import EXIT_FAIL, EXIT_OK, UserError, err, out, print_json, progress
 from ..manifest import ManifestError, load_manifest
 from ..validate import validate
+from ..cli_args import cli_flags
 
 
 def add_parser(sub):
     p = sub.add_parser("validate", help="re-read every shard and check it", description=(
-        "Re-read every shard: sha256, byte and sample counts against manifest.json, every image decodes,\n"
-        "every KEY.json parses and matches the schema. Exit 0 when clean, 1 with a list of (shard, key, problem)."),
-        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
-    p.add_argument("dataset", help="dataset folder (with manifest.json), local or an fsspec URL (s3://bucket/prefix)")
-    p.add_argument("--no-decode", action="store_true", help="check image headers only, do not decode pixels")
+        "Re-read every shard: sha256, byte and sample counts and keys against manifest.json, every KEY.json against\n"
+        "the schema and the text rules, every image against the validity rule (header, size, aspect ratio, end\n"
+        "marker; by default at the level the dataset was built with, --decode to decode every pixel), and .nv-meta\n"
+        "(present, unedited sample loader, Energon opens it). A single .tar shard is checked on its own.\n"
+        "Exit 0 when clean, 1 with a list of (shard, key, problem); warnings never fail."),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dataset", help="dataset folder (with manifest.json), local or an fsspec URL (s3://bucket/prefix), "
+                   "or one .tar shard")
+    level = p.add_mutually_exclusive_group()
+    level.add_argument("--decode", action="store_true", help="decode every image (default: the build's --verify level)")
+    level.add_argument("--no-decode", action="store_true", help="check image headers only, do not decode pixels")
+    p.add_argument("--no-energon", action="store_true", help="do not check .nv-meta or open the dataset with Energon")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 
 
 def run(args) -> int:
+    with storage.redacting():
+        return _run(args)
+
+
+def _run(args) -> int:
+    decode = True if args.decode else False if args.no_decode else None
+    total = None
     try:
-        total = load_manifest(args.dataset)["totals"]["samples"]
-    except ManifestError as e:
-        raise UserError(str(e)) from None
+        if not str(args.dataset).endswith(".tar"):
+            total = load_manifest(args.dataset)["totals"]["samples"]
+    except (ManifestError, storage.StorageError) as e:
+        raise UserError(escape(cli_flags(storage.redact_text(e)))) from None
     try:
         with progress("validate", total=total, unit="samples", quiet=args.quiet or args.json) as advance:
-            rep = validate(args.dataset, progress=advance, decode=not args.no_decode)
-    except (storage.StorageError, OSError) as e:
-        raise UserError(escape(f"{storage.redact(args.dataset)}: {e}")) from None
+            rep = validate(args.dataset, progress=advance, decode=decode, energon=not args.no_energon)
+    except (ManifestError, storage.StorageError) as e:
+        raise UserError(escape(cli_flags(storage.redact_text(e)))) from None
+    except OSError as e:
+        raise UserError(escape(f"{storage.redact(args.dataset)}: {storage.redact_text(e.strerror or e)}")) from None
     if args.json:
         print_json(rep.to_json())
     else:
         for p in rep.problems:
             err.print(str(p), markup=False, soft_wrap=True)
+        for w in rep.warnings:
+            err.print(f"warning: {w}", markup=False, soft_wrap=True)
         status = "[green]OK[/]" if rep.ok else f"[red]{len(rep.problems)} problem(s)[/]"  # printed even with -q
-        out.print(f"{status}: {rep.shards} shards, {rep.samples} samples, {rep.images} images")
+        how = "images decoded" if rep.level == "full" else "image headers checked (--decode to decode every pixel)"
+        out.print(f"{status}: {rep.shards} shards, {rep.samples} samples, {rep.images} images; {how}"
+                  + (f"; {len(rep.warnings)} warning(s)" if rep.warnings else ""))
     return EXIT_OK if rep.ok else EXIT_FAIL

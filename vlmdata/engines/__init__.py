@@ -13,7 +13,10 @@ Because planning (which sample goes in which shard) happens in the driver in inp
 the pure per-chunk/per-shard work is distributed, the output does not depend on the engine or on
 its number of workers.
 
-- ``LocalEngine(workers)``: inline for ``workers <= 1``, else a ``multiprocessing`` pool (fork).
+- ``LocalEngine(workers)``: inline for ``workers <= 1``, else a ``multiprocessing`` pool (fork). A
+  pool worker that dies (SIGKILL, the out-of-memory killer) loses the task it was running, and a plain
+  ``multiprocessing`` pool then waits for that result forever: ``LocalEngine`` waits in short steps,
+  notices the dead worker and raises ``EngineError`` instead of hanging.
 - ``RayEngine(address, workers, max_retries)`` (``vlmdata.engines.ray_engine``): Ray tasks on a local Ray
   instance (``address=None``, ``workers`` CPUs) or an existing cluster (``address="auto"`` or
   ``"ray://host:10001"``); failed tasks are retried by Ray (``max_retries``).
@@ -44,10 +47,14 @@ class _Done:
 
 
 class _Async:
-    def __init__(self, ar):
-        self.ar = ar
+    def __init__(self, ar, engine: "LocalEngine"):
+        self.ar, self.engine = ar, engine
 
     def result(self):
+        while not self.ar.ready():
+            self.ar.wait(0.5)
+            if not self.ar.ready():
+                self.engine.check_workers()
         return self.ar.get()
 
 
@@ -93,6 +100,17 @@ class LocalEngine(Engine):
         if workers > 1:
             ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
             self.pool = ctx.Pool(workers, initializer=_die_with_parent)
+            self._pids = {p.pid for p in self.pool._pool}
+
+    def check_workers(self) -> None:
+        """EngineError when a pool worker died since the pool started (its task is lost)."""
+        procs = list(getattr(self.pool, "_pool", []) or [])
+        dead = [p for p in procs if p.exitcode is not None and p.exitcode != 0]
+        if dead or {p.pid for p in procs} - self._pids:
+            code = dead[0].exitcode if dead else None
+            how = f" (signal {-code})" if code is not None and code < 0 else ""
+            raise EngineError(f"a worker process died{how}, killed or out of memory; the build stopped: run it "
+                              "again with `resume` to continue")
 
     def imap(self, fn, args, window=None):
         if self.pool is None:
@@ -105,16 +123,16 @@ class LocalEngine(Engine):
         window = window or 4 * self.parallelism
         pending: deque = deque()
         for a in args:
-            pending.append(self.pool.apply_async(fn, (a,)))
+            pending.append(_Async(self.pool.apply_async(fn, (a,)), self))
             if len(pending) >= window:
-                yield pending.popleft().get()
+                yield pending.popleft().result()
         while pending:
-            yield pending.popleft().get()
+            yield pending.popleft().result()
 
     def submit(self, fn, *args):
         if self.pool is None:
             return _Done(fn(*args))
-        return _Async(self.pool.apply_async(fn, args))
+        return _Async(self.pool.apply_async(fn, args), self)
 
     def close(self):
         if self.pool is not None:

@@ -22,8 +22,8 @@ import torch
 from ..qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
 from ..schema import Sample
 from .collate import Collator, Processed
-from .pipeline import (BadSampleError, Consumed, Plan, SampleRef, ShardReader, Stats, parse_raw, record_skip,
-                       scan_shard)
+from .pipeline import (BadSampleError, Consumed, EmptyEpochError, Plan, SampleRef, ShardReader, Stats, check_epoch,
+                       parse_raw, record_skip, scan_shard)
 from .tokenize import ChatTokenizer
 from .device_images import defer_image, finish_batch
 from .vision import preprocess_any, preprocess_shape
@@ -192,13 +192,12 @@ class _Stream(torch.utils.data.IterableDataset):
         try:
             if drop:  # the image-free view reads the JSON member only (no image I/O)
                 files = reader.read(SampleRef(ref.shard, ref.key, {k: v for k, v in ref.members.items() if k == "json"}))
-                files.update((k, b"") for k in ref.members if k != "json")  # present, never read
             else:
                 files = reader.read(ref)
         except OSError as e:
             raise BadSampleError(f"read failed: {e}", shard=shard, key=ref.key, reason="read_error") from e
         try:
-            return parse_raw(files, ref.key)
+            return parse_raw(files, ref.key, with_images=not drop)
         except BadSampleError as e:
             e.shard = shard
             raise
@@ -259,10 +258,6 @@ def _round_robin(iterators: list[Iterator]) -> Iterator:
                 live.remove(it)
 
 
-class EmptyEpochError(ValueError):
-    """An epoch of a loader produced no batch (no samples for this rank, or every sample skipped)."""
-
-
 @dataclass
 class _Progress:
     base: Consumed  # positions consumed before the current iteration
@@ -293,7 +288,7 @@ class VlmLoader:
         self.last_keys: list[str] = []  # sample keys of the batch just yielded (provenance; not in the batch)
         self.last_epoch: int | None = None  # epoch of the batch just yielded
         self.last_lengths: list[int] = []  # token lengths of its samples before truncation to seq_length
-        self._batches_in: dict[int, int] = {}
+        self._epoch_yield: dict[int, tuple[int, list]] = {}  # epoch -> (samples yielded, skip records)
 
     # -- state
     def _rank_size(self) -> int:
@@ -338,20 +333,16 @@ class VlmLoader:
         p.counts[meta.worker] = meta.position
         n = self._rank_size()
         while n > 0 and self._consumed(self.epoch).prefix >= n:
-            if self._batches_in.pop(self.epoch, 0) == 0 and self.num_epochs is None:
-                raise EmptyEpochError(self._empty_message(self.epoch))
+            samples, skips = self._epoch_yield.pop(self.epoch, (0, []))
+            if self.num_epochs is None:  # an endless loader must not spin on an epoch that yields nothing
+                check_epoch(self.epoch, samples, skips)
             self._progress.pop(self.epoch, None)
             self.epoch += 1
-
-    def _empty_message(self, epoch: int) -> str:
-        skipped = self.stats.skipped_by_reason()
-        return (f"epoch {epoch} of rank {self.stream.rank} produced no batch: {self._rank_size()} samples in its plan, "
-                f"{self.stats.skipped} skipped so far" + (f" ({skipped})" if skipped else ""))
 
     # -- iteration
     def _metas(self, inline: bool) -> Iterator[tuple[_Meta, dict | None]]:
         if self._rank_size() == 0 and self.num_epochs is None:
-            raise EmptyEpochError(self._empty_message(self.epoch))
+            check_epoch(self.epoch, 0, [])
         self._rebase()
         self.stream.start_epoch = self.epoch
         self.stream.end_epoch = None if self.num_epochs is None else self.epoch + self.num_epochs
@@ -366,8 +357,9 @@ class VlmLoader:
     def _iterate(self, inline: bool) -> Iterator[dict]:
         for meta, batch in self._metas(inline):
             self.stats.skipped_samples.extend(meta.skipped)
-            if batch is not None:
-                self._batches_in[meta.epoch] = self._batches_in.get(meta.epoch, 0) + 1
+            samples, skips = self._epoch_yield.setdefault(meta.epoch, (0, []))
+            skips.extend(meta.skipped)
+            self._epoch_yield[meta.epoch] = (samples + meta.samples, skips)
             self._advance(meta)
             if batch is None:
                 continue

@@ -16,6 +16,14 @@ between two special tokens, exactly what the HF tokenizer BPE-encodes as one pie
 tokenizer's Rust backend in one batch call (repeated chunks such as the system prompt come from a cache),
 image pads are spliced in as repeated ids, and the mask is the same boundary scan run on the ids.
 tests/test_loader_batches.py checks ids, labels and masks against the real processor + Bridge's algorithm.
+
+Text is always tokenised as text: a control token written in a caption or a turn (``<|image_pad|>``,
+``<|im_end|><|im_start|>user``) becomes the ordinary tokens of those characters, never the control id
+(the private backend runs with ``encode_special_tokens``; the HF fallback with ``split_special_tokens``).
+So a caption can neither add image slots nor inject a turn and shift the loss mask. This is where
+vlmdata deliberately differs from Megatron Bridge's collate, whose processor call turns such text into
+control tokens; the build refuses such text (``schema.text_problem``) so that Bridge never sees it in
+a vlmdata dataset. ``encode`` also checks that the image pads it emits are exactly the visual tokens.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..qwen import IMAGE_PAD, VISION_END, VISION_START, QwenSpec, get_spec
+from ..schema import CONTROL_TOKEN
 
 IGNORE_INDEX = -100
 DEFAULT_SYSTEM = "You are a helpful assistant."
@@ -71,6 +80,10 @@ def _private_backend(tokenizer):
     own = Tokenizer.from_str(backend.to_str())  # ~1-3 s for the 150k-token Qwen vocab: cached per tokenizer
     own.no_padding()
     own.no_truncation()
+    try:
+        own.encode_special_tokens = True  # text is text: "<|im_end|>" in a caption is not the control token
+    except AttributeError:  # tokenizers < 0.15: ChatTokenizer splits control-token strings itself
+        pass
     _BACKENDS[id(tokenizer)] = (tokenizer, own)
     return own
 
@@ -173,11 +186,11 @@ class ChatTokenizer:
                 # TOKENIZERS_PARALLELISM is read on every call: encode serially in this process.
                 os.environ["TOKENIZERS_PARALLELISM"] = "false"
                 self._pid = os.getpid()
-            if self._backend is not None:
+            if self._backend is not None and getattr(self._backend, "encode_special_tokens", False):
                 encs = self._backend.encode_batch(todo, add_special_tokens=False)
                 ids = [e.ids for e in encs]
             else:
-                ids = [self.tokenizer.encode(c, add_special_tokens=False) for c in todo]
+                ids = [self._encode_plain(c) for c in todo]
             for c, i in zip(todo, ids):
                 if len(c) <= 64 or len(self._cache) < 4096:  # short chunks recur (markers, system prompt)
                     self._cache[c] = i
@@ -185,6 +198,23 @@ class ChatTokenizer:
         else:
             fresh = {}
         return [self._cache[c] if c in self._cache else fresh[c] for c in chunks]
+
+    def _encode_plain(self, text: str) -> list[int]:
+        """One text chunk as text, where the backend cannot be told to ignore special tokens: each
+        control-token string is cut after its first character, so the tokenizer never matches it."""
+        pieces, last = [], 0
+        for m in CONTROL_TOKEN.finditer(text):
+            pieces += [text[last:m.start() + 1], text[m.start() + 1:m.end()]]
+            last = m.end()
+        pieces.append(text[last:])
+        out: list[int] = []
+        for p in pieces:
+            if p:
+                if self._backend is not None:
+                    out += self._backend.encode(p, add_special_tokens=False).ids
+                else:
+                    out += self.tokenizer.encode(p, add_special_tokens=False)
+        return out
 
     # ------------------------------------------------------------------ tokenizing
     def encode(self, conversation: list[dict], image_tokens: list[int]) -> np.ndarray:
@@ -212,7 +242,11 @@ class ChatTokenizer:
         n_parts = sum(1 for r in merged if isinstance(r, tuple))
         if n_parts != len(image_tokens):
             raise ValueError(f"conversation has {n_parts} image parts but {len(image_tokens)} images")
-        return np.asarray(out, dtype=np.int64)
+        ids = np.asarray(out, dtype=np.int64)
+        pads = int(np.count_nonzero(ids == self.image_pad))
+        if pads != sum(image_tokens):
+            raise ValueError(f"{pads} image pad tokens for {sum(image_tokens)} visual tokens (text held control tokens)")
+        return ids
 
     def assistant_mask(self, ids: np.ndarray) -> np.ndarray:
         """Unshifted assistant mask, Bridge's boundary scan (conversation_processing.

@@ -2,14 +2,32 @@
 
 Reading image bytes and checking them happens later (in build workers), so enumerating a source
 is fast and the same input always gives the same sequence of items.
+
+Input safety, shared by every source (docs/RELIABILITY.md):
+
+- only regular files are read (``storage.read_regular``): a FIFO, ``/dev/zero`` or a socket named like
+  an image or a caption is a skip with a reason, never a hang; every read is capped
+  (``MAX_IMAGE_BYTES``, ``MAX_SIDECAR_BYTES``, ``MAX_RECORD_BYTES``);
+- paths taken from records (LLaVA/messages image paths, Hugging Face path cells) must stay inside
+  the source root (the image root) unless ``allow_outside_root``: absolute paths elsewhere, ``..``
+  escapes and ``file://`` URLs elsewhere are skipped as ``outside_root`` *without* touching the file
+  (a skip message never tells whether a host file exists); object-storage URLs must lie under a
+  remote root; URLs with credentials are refused (``storage.check_url``).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Union
 
+from .. import storage
+
 ImageRef = Union[str, bytes]  # a file path, or the encoded bytes themselves
+
+MAX_IMAGE_BYTES = 512 * 1024 * 1024  # one image file (the default shard size: larger cannot be packed)
+MAX_SIDECAR_BYTES = 16 * 1024 * 1024  # one caption .txt / .json sidecar
+MAX_RECORD_BYTES = 64 * 1024 * 1024  # one JSONL line
 
 
 @dataclass
@@ -33,3 +51,49 @@ class SourceItem:
 
 class SourceError(Exception):
     """The source as a whole cannot be read (bad path, unknown format, unreadable file)."""
+
+
+class BadPath(ValueError):
+    """A path taken from a record cannot be used: (reason, detail) for the skip record."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+def confine(ref: str, root: str, allow_outside_root: bool) -> str:
+    """The path to read for an image reference ``ref`` found in a record under ``root`` (a local folder or
+    a remote URL prefix). Relative references are joined to ``root``; the result must stay inside
+    ``root`` unless ``allow_outside_root``. Raises BadPath (reason ``bad_path`` or ``outside_root``)."""
+    if not isinstance(ref, str) or not ref:
+        raise BadPath("bad_path", "image reference is not a path")
+    if "\0" in ref:
+        raise BadPath("bad_path", "image path contains a NUL byte")
+    proto = storage.protocol(ref)
+    if proto == "file":
+        ref = storage.local(ref)
+        proto = None
+    if proto is not None:
+        if proto not in storage.OBJECT_STORES:
+            raise BadPath("bad_path", f"remote image {storage.redact(ref)!r:.80} (only local files and object "
+                          "storage are read)")
+        try:
+            storage.check_url(ref)
+        except storage.CredentialsInURL:
+            raise BadPath("bad_path", f"{storage.redact(ref)}: credentials or a query string in an image URL") from None
+        if not allow_outside_root and not (storage.is_url(root) and storage.within(ref, root)):
+            raise BadPath("outside_root", f"{storage.redact(ref)}: outside the source root {storage.redact(root)}")
+        return ref
+    if storage.is_url(root):
+        if os.path.isabs(ref):
+            if not allow_outside_root:
+                raise BadPath("outside_root", f"{ref}: a local path, the source root is {storage.redact(root)}")
+            return ref
+        path = storage.join(root, ref)
+        if not allow_outside_root and not storage.within(path, root):
+            raise BadPath("outside_root", f"{ref}: outside the source root {storage.redact(root)}")
+        return path
+    path = ref if os.path.isabs(ref) else os.path.join(root, ref)
+    if not allow_outside_root and not storage.within(path, root):
+        raise BadPath("outside_root", f"{ref}: outside the source root {root}")
+    return path

@@ -1,32 +1,87 @@
-"""A folder of images with caption sidecars: ``name.jpg`` + ``name.txt`` or ``name.json``, recursively."""
+"""A folder of images with caption sidecars: ``name.jpg`` + ``name.txt`` or ``name.json``, recursively.
+
+Every file with an image suffix is an input, in sorted relative-path order. Files with the suffix of
+an image format vlmdata does not store (``.heic``, ``.avif``, ...) are inputs too, skipped as
+``unsupported_format``, so they are counted rather than silently ignored. Directory symlinks are
+followed (each real directory once, so a symlink loop ends). File names that are not UTF-8 are kept
+(the file is read by its real name) and shown with ``\\xNN`` escapes. Sidecars are read only when
+they are regular files of at most ``MAX_SIDECAR_BYTES``; a FIFO or a device named like a sidecar or
+an image is a skip with a reason (``storage.read_regular``), never a hang.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
-from pathlib import Path
 from typing import Iterator
 
-from .base import SourceItem
+from .. import storage
+from ..schema import BadJSON, loads, safe_label
+from .base import MAX_SIDECAR_BYTES, SourceItem
 from .text import BadRecord, caption_conversation, from_turns
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
+# image formats seen in the wild that shards do not store: counted and skipped, never silently dropped
+UNSUPPORTED_IMAGE_SUFFIXES = {".heic", ".heif", ".avif", ".jxl", ".jp2", ".j2k", ".svg", ".psd", ".ico",
+                              ".dng", ".cr2", ".nef", ".arw", ".raw", ".tga", ".ppm", ".pgm", ".pbm"}
+
+
+def _walk(base: str) -> list[str]:
+    """Relative paths (os separators) of every file below ``base``, following directory symlinks once
+    per real directory."""
+    out: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        d = os.path.join(base, rel) if rel else base
+        try:
+            st = os.stat(d)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            r = os.path.join(rel, e.name) if rel else e.name
+            try:
+                is_dir = e.is_dir(follow_symlinks=True)
+            except OSError:
+                is_dir = False
+            if is_dir:
+                stack.append(r)
+            else:
+                out.append(r)
+    return out
 
 
 def iter_folder(root: str, prompt: str) -> Iterator[SourceItem]:
-    base = Path(root)
-    paths = sorted(
-        (Path(d) / f for d, _, files in os.walk(base) for f in files if Path(f).suffix.lower() in IMAGE_SUFFIXES),
-        key=lambda p: p.relative_to(base).as_posix(),
-    )
-    for index, path in enumerate(paths):
-        rel = path.relative_to(base).as_posix()
-        item = SourceItem(index=index, input=rel, source_id=rel.rsplit(".", 1)[0], images=[str(path)])
-        txt, js = path.with_suffix(".txt"), path.with_suffix(".json")
-        _caption_item(item, prompt, txt.name, js.name,
-                      (lambda t=txt: t.read_text(encoding="utf-8")) if txt.exists() else None,
-                      (lambda j=js: json.loads(j.read_text(encoding="utf-8"))) if js.exists() else None)
+    files = _walk(root)
+    rels = [r for r in files if os.path.splitext(r)[1].lower() in IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES]
+    present = {r for r in files if r.endswith((".txt", ".json"))}
+    rels.sort(key=lambda r: r.replace(os.sep, "/").encode("utf-8", "surrogateescape"))
+    for index, rel in enumerate(rels):
+        path = os.path.join(root, rel)
+        shown = safe_label(rel.replace(os.sep, "/"))
+        stem_rel = os.path.splitext(rel)[0]
+        item = SourceItem(index=index, input=shown, source_id=shown.rsplit(".", 1)[0], images=[path])
+        ext = os.path.splitext(rel)[1].lower()
+        if ext in UNSUPPORTED_IMAGE_SUFFIXES:
+            item.error = ("unsupported_format", f"{ext[1:].upper()} images are not supported (convert to JPEG, PNG or WebP)")
+            item.images = []
+            yield item
+            continue
+        txt, js = os.path.join(root, stem_rel + ".txt"), os.path.join(root, stem_rel + ".json")
+        txt_name, js_name = safe_label(os.path.basename(txt)), safe_label(os.path.basename(js))
+        _caption_item(item, prompt, txt_name, js_name,
+                      (lambda t=txt, n=txt_name: _text(storage.read_regular(t, MAX_SIDECAR_BYTES, n)))
+                      if stem_rel + ".txt" in present else None,
+                      (lambda j=js, n=js_name: loads(storage.read_regular(j, MAX_SIDECAR_BYTES, n)))
+                      if stem_rel + ".json" in present else None)
         yield item
 
 
@@ -46,10 +101,14 @@ def _caption_item(item: SourceItem, prompt: str, txt_name: str, js_name: str, re
             item.error = ("missing_caption", f"no {txt_name} or {js_name} beside the image")
     except UnicodeDecodeError as e:
         item.error = ("bad_caption", f"{txt_name} is not UTF-8 ({e.reason})")
-    except json.JSONDecodeError as e:
+    except BadJSON as e:
         item.error = ("bad_json", f"{js_name}: {e}")
     except BadRecord as e:
-        item.error = ("bad_record", f"{js_name}: {e}")
+        item.error = ("bad_record", f"{js_name}: {safe_label(e, 300)}")
+    except (storage.NotRegularFile, storage.FileTooLarge) as e:
+        item.error = ("unreadable_file", f"{e.strerror}")
+    except OSError as e:
+        item.error = ("unreadable_file", f"caption sidecar: {e.strerror or e}")
 
 
 def _json_doc(doc, prompt: str) -> list:
@@ -75,13 +134,12 @@ def iter_folder_url(root: str, prompt: str, batch: int = 256) -> Iterator[Source
     One recursive listing gives the images and which sidecars exist; sidecars are fetched in
     concurrent batches. Items are identical to a local copy's except that images are URLs.
     """
-    from .. import storage
-
     base = root.rstrip("/")
     files = storage.find(base)
     rel_of = {f: f[len(base) + 1:] for f in files if f.startswith(base + "/")}
     present = set(rel_of.values())
-    images = sorted((r for r in present if posixpath.splitext(r)[1].lower() in IMAGE_SUFFIXES))
+    images = sorted((r for r in present
+                     if posixpath.splitext(r)[1].lower() in IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES))
     for lo in range(0, len(images), batch):
         chunk = images[lo:lo + batch]
         want = []
@@ -92,23 +150,31 @@ def iter_folder_url(root: str, prompt: str, batch: int = 256) -> Iterator[Source
         for offset, rel in enumerate(chunk):
             stem = posixpath.splitext(rel)[0]
             txt_name, js_name = posixpath.basename(stem) + ".txt", posixpath.basename(stem) + ".json"
-            item = SourceItem(index=lo + offset, input=rel, source_id=stem, images=[f"{base}/{rel}"])
+            item = SourceItem(index=lo + offset, input=safe_label(rel), source_id=safe_label(stem), images=[f"{base}/{rel}"])
+            ext = posixpath.splitext(rel)[1].lower()
+            if ext in UNSUPPORTED_IMAGE_SUFFIXES:
+                item.error = ("unsupported_format", f"{ext[1:].upper()} images are not supported (convert to JPEG, PNG or WebP)")
+                item.images = []
+                yield item
+                continue
             txt_url, js_url = f"{base}/{stem}.txt", f"{base}/{stem}.json"
             _caption_item(item, prompt, txt_name, js_name,
                           (lambda u=txt_url: _text(_fetched(got, u))) if stem + ".txt" in present else None,
-                          (lambda u=js_url: json.loads(_text(_fetched(got, u)))) if stem + ".json" in present else None)
+                          (lambda u=js_url: loads(_fetched(got, u))) if stem + ".json" in present else None)
             yield item
 
 
 def _text(data: bytes) -> str:
-    """UTF-8 with universal newlines, exactly as ``Path.read_text`` reads a local sidecar."""
-    return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    """UTF-8 (a byte-order mark dropped) with universal newlines, as ``Path.read_text`` reads a sidecar."""
+    return data.decode("utf-8").removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _fetched(got: dict, url: str) -> bytes:
     v = got.get(url)
     if isinstance(v, (bytes, bytearray)):
-        return bytes(v)
-    from .. import storage
-
-    return storage.cat(url)  # not in the batch answer (or an error there): one more try, errors propagate
+        data = bytes(v)
+    else:
+        data = storage.cat(url)  # not in the batch answer (or an error there): one more try, errors propagate
+    if len(data) > MAX_SIDECAR_BYTES:
+        raise storage.FileTooLarge(27, f"{storage.basename(url)} is more than the limit of {MAX_SIDECAR_BYTES} bytes")
+    return data

@@ -1,5 +1,9 @@
 """A local Hugging Face dataset: a ``save_to_disk`` folder, or parquet files, with an image column
-and a text or conversation column. Nothing is downloaded."""
+and a text or conversation column. Nothing is downloaded.
+
+Image cells hold bytes (used as they are) or file paths; a path must stay inside the dataset's folder
+unless ``allow_outside_root`` (``base.confine``). A dataset that cannot be opened, or a row that cannot
+be read, is a ``SourceError`` naming the dataset (and the row)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ import io
 import os
 from typing import Iterator
 
-from .base import SourceError, SourceItem
+from ..schema import safe_label
+from .base import BadPath, SourceError, SourceItem, confine
 from .text import BadRecord, caption_conversation, from_turns
 
 IMAGE_COLUMNS = ("image", "images", "img", "jpg", "png")
@@ -42,8 +47,8 @@ def _open(path: str):
     return datasets.load_dataset("parquet", data_files=files, split="train")
 
 
-def _image_bytes(value) -> list[bytes | str]:
-    """Image cell(s) as encoded bytes (or file paths) without decoding."""
+def _image_bytes(value, root: str, allow_outside_root: bool = False) -> list[bytes | str]:
+    """Image cell(s) as encoded bytes (or file paths, confined to ``root``) without decoding."""
     values = value if isinstance(value, list) else [value]
     out = []
     for v in values:
@@ -51,11 +56,13 @@ def _image_bytes(value) -> list[bytes | str]:
             if v.get("bytes"):
                 out.append(bytes(v["bytes"]))
             elif v.get("path"):
-                out.append(v["path"])
+                out.append(confine(v["path"], root, allow_outside_root))
             else:
                 raise BadRecord("image cell has neither bytes nor path")
         elif isinstance(v, (bytes, bytearray)):
             out.append(bytes(v))
+        elif isinstance(v, str):
+            out.append(confine(v, root, allow_outside_root))
         elif hasattr(v, "save"):  # a PIL image (a decoded column): encode it losslessly
             buf = io.BytesIO()
             v.save(buf, format=v.format or "PNG")
@@ -67,8 +74,9 @@ def _image_bytes(value) -> list[bytes | str]:
     return out
 
 
-def iter_hf(path: str, prompt: str, image_column: str | None, text_column: str | None) -> Iterator[SourceItem]:
-    import datasets
+def iter_hf(path: str, prompt: str, image_column: str | None, text_column: str | None,
+            allow_outside_root: bool = False, image_root: str | None = None) -> Iterator[SourceItem]:
+    import datasets  # heavy: imported only when a Hugging Face source is read
 
     try:
         ds = _open(path)
@@ -81,7 +89,7 @@ def iter_hf(path: str, prompt: str, image_column: str | None, text_column: str |
     tcol = text_column or next((c for c in TEXT_COLUMNS if c in cols), None)
     for want, got, kind in ((image_column, icol, "image"), (text_column, tcol, "text")):
         if got is None or got not in cols:
-            raise SourceError(f"{path}: no {kind} column {want or ''} (columns: {cols}); pass --{kind}-column")
+            raise SourceError(f"{path}: no {kind} column {want or ''} (columns: {cols}); name it with {kind}_column")
     # undecoded access: image features give {"bytes", "path"} dicts
     feats = {c: f for c, f in ds.features.items()}
     if isinstance(feats.get(icol), datasets.Image):
@@ -91,11 +99,23 @@ def iter_hf(path: str, prompt: str, image_column: str | None, text_column: str |
         if isinstance(inner, datasets.Image):
             ds = ds.cast_column(icol, datasets.Sequence(datasets.Image(decode=False)))
     idcol = next((c for c in ("id", "key", "__key__") if c in cols), None)
-    name = os.path.basename(os.path.normpath(path))
-    for index, row in enumerate(ds):
-        item = SourceItem(index=index, input=f"{name}[{index}]", source_id=str(row[idcol]) if idcol else f"{name}[{index}]")
+    name = safe_label(os.path.basename(os.path.normpath(path)))
+    # relative image paths in the cells: against image_root, else the dataset's own folder
+    root = os.path.abspath(image_root or (path if os.path.isdir(path) else os.path.dirname(path)))
+    rows = iter(ds)
+    index = 0
+    while True:
         try:
-            item.images = _image_bytes(row[icol])
+            row = next(rows)
+        except StopIteration:
+            return
+        except Exception as e:  # noqa: BLE001 - arrow/parquet raise many types for a damaged file
+            raise SourceError(f"{path}: cannot read row {index} ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+        item = SourceItem(index=index, input=f"{name}[{index}]",
+                          source_id=safe_label(row[idcol], 200) if idcol else f"{name}[{index}]")
+        index += 1
+        try:
+            item.images = _image_bytes(row[icol], root, allow_outside_root)
             text = row[tcol]
             if isinstance(text, list):
                 role_key, text_key = ("from", "value") if text and isinstance(text[0], dict) and "from" in text[0] else ("role", "content")
@@ -104,6 +124,10 @@ def iter_hf(path: str, prompt: str, image_column: str | None, text_column: str |
                 item.conversation = caption_conversation(text, prompt, len(item.images))
             else:
                 item.error = ("empty_caption", f"column {tcol} is empty")
+        except BadPath as e:
+            item.error = (e.reason, e.detail)
         except BadRecord as e:
-            item.error = ("bad_record", str(e))
+            item.error = ("bad_record", safe_label(e, 300))
+        except Exception as e:  # noqa: BLE001 - a PIL cell that cannot be re-encoded
+            item.error = ("bad_record", f"image cell unusable ({type(e).__name__}: {safe_label(e, 200)})")
         yield item

@@ -3,18 +3,57 @@
 LLaVA: ``{"id", "image": path | [paths], "conversations": [{"from": "human", "value": "<image>\\n..."}, ...]}``.
 messages: ``{"messages": [{"role": "user", "content": [{"type": "image", "image": path}, {"type": "text", ...}]}]}``
 or string contents with ``<image>`` placeholders and a top-level ``"images": [paths]``.
-Image paths are relative to ``image_root`` (default: the JSON file's folder).
+Image paths are relative to ``image_root`` (default: the JSON file's folder) and must stay inside it
+unless ``allow_outside_root`` (``base.confine``). A UTF-8 byte-order mark is accepted; a JSONL line
+longer than ``MAX_RECORD_BYTES`` is a ``bad_record`` skip; every JSON failure is a ``bad_json`` skip
+(``schema.loads``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Iterator
 
 from .. import storage
-from .base import SourceError, SourceItem
+from ..schema import BadJSON, loads, safe_label
+from .base import MAX_RECORD_BYTES, BadPath, SourceError, SourceItem, confine
 from .text import BadRecord, from_turns
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _head(path: str) -> bytes:
+    with storage.open(path, "rb") as f:
+        head = f.read(4096)
+    return head[len(_BOM):] if head.startswith(_BOM) else head
+
+
+def _lines(f, cap: int, chunk: int = 1 << 20) -> Iterator[bytes | None]:
+    """The lines of a binary file object (any: local or fsspec), each at most ``cap`` bytes; a longer line
+    is None (and skipped to its end without holding it in memory)."""
+    buf = b""
+    skipping = False
+    while True:
+        data = f.read(chunk)
+        if not data:
+            break
+        buf += data
+        while True:
+            nl = buf.find(b"\n")
+            if nl < 0:
+                break
+            line, buf = buf[:nl + 1], buf[nl + 1:]
+            if skipping:
+                skipping = False
+                continue
+            yield line if len(line) <= cap else None
+        if not skipping and len(buf) > cap:
+            yield None
+            skipping, buf = True, b""
+        elif skipping:
+            buf = b""
+    if buf and not skipping:
+        yield buf if len(buf) <= cap else None
 
 
 def iter_records(path: str, raw: bool = False) -> Iterator[tuple[str, object, str | None]]:
@@ -22,52 +61,43 @@ def iter_records(path: str, raw: bool = False) -> Iterator[tuple[str, object, st
 
     With ``raw``, JSONL lines come back unparsed (bytes) for the caller to parse later."""
     name = storage.basename(path)
-    with storage.open(path, "rb") as f:
-        head = f.read(4096).lstrip()
-    if head.startswith(b"["):
+    if _head(path).lstrip().startswith(b"["):
         try:
-            with storage.open(path, "r", encoding="utf-8") as f:
-                records = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise SourceError(f"{storage.redact(path)}: not valid JSON ({e})") from None
+            with storage.open(path, "rb") as f:
+                records = loads(f.read())
+        except BadJSON as e:
+            raise SourceError(f"{storage.redact(path)}: {e}") from None
+        if not isinstance(records, list):
+            raise SourceError(f"{storage.redact(path)}: not a JSON array of records")
         for i, rec in enumerate(records):
             yield f"{name}[{i}]", rec, None
         return
     with storage.open(path, "rb") as f:
-        for lineno, line in enumerate(f, 1):
+        for lineno, line in enumerate(_lines(f, MAX_RECORD_BYTES), 1):
+            if line is None:
+                yield f"{name}:{lineno}", None, f"line longer than {MAX_RECORD_BYTES} bytes"
+                continue
+            if lineno == 1 and line.startswith(_BOM):
+                line = line[len(_BOM):]
             if not line.strip():
                 continue
             if raw:
                 yield f"{name}:{lineno}", line, None
                 continue
             try:
-                yield f"{name}:{lineno}", json.loads(line), None
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                yield f"{name}:{lineno}", loads(line), None
+            except BadJSON as e:
                 yield f"{name}:{lineno}", None, str(e)
 
 
-def _resolve(ref: object, root: str) -> str:
-    if not isinstance(ref, str) or not ref:
-        raise BadRecord(f"image reference {ref!r:.60} is not a path")
-    if ref.startswith("file://"):
-        ref = ref[7:]
-    if "://" in ref:
-        if storage.protocol(ref) in storage.OBJECT_STORES:
-            return ref  # object storage (credentials from the environment)
-        raise BadRecord(f"remote image {storage.redact(ref)!r:.80} (only local files and object storage are read)")
-    if storage.is_url(root):
-        return ref if os.path.isabs(ref) else storage.join(root, ref)
-    return ref if os.path.isabs(ref) else os.path.join(root, ref)
-
-
-def _llava(rec: dict, root: str) -> tuple[list, list[str]]:
+def _llava(rec: dict, root: str, allow: bool) -> tuple[list, list[str]]:
     images = rec.get("image", rec.get("images"))
     images = [] if images is None else images if isinstance(images, list) else [images]
-    paths = [_resolve(p, root) for p in images]
+    paths = [confine(p, root, allow) for p in images]
     return from_turns(rec.get("conversations"), len(paths), "from", "value"), paths
 
 
-def _messages(rec: dict, root: str) -> tuple[list, list[str]]:
+def _messages(rec: dict, root: str, allow: bool) -> tuple[list, list[str]]:
     msgs = rec.get("messages")
     if not isinstance(msgs, list):
         raise BadRecord("no 'messages' list")
@@ -77,42 +107,47 @@ def _messages(rec: dict, root: str) -> tuple[list, list[str]]:
             for item in m.get("content") if isinstance(m, dict) and isinstance(m.get("content"), list) else []:
                 if isinstance(item, dict) and item.get("type") == "image":
                     ref = item.get("image", item.get("path", item.get("url")))
-                    paths.append(_resolve(ref, root))
+                    paths.append(confine(ref, root, allow))
     top = rec.get("images") or []
-    paths += [_resolve(p, root) for p in (top if isinstance(top, list) else [top])]
+    paths += [confine(p, root, allow) for p in (top if isinstance(top, list) else [top])]
     return from_turns(msgs, len(paths), "role", "content"), paths
 
 
-def _fill(item: SourceItem, rec: object, fmt: str, root: str) -> None:
+def _fill(item: SourceItem, rec: object, fmt: str, root: str, allow_outside_root: bool = False) -> None:
     """Parse (if still bytes) and convert one record into ``item``."""
     if isinstance(rec, bytes):
         try:
-            rec = json.loads(rec)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            rec = loads(rec)
+        except BadJSON as e:
             item.error = ("bad_json", str(e))
             return
     if not isinstance(rec, dict):
         item.error = ("bad_record", "record is not a JSON object")
         return
-    item.source_id = str(rec.get("id", item.input))
+    item.source_id = safe_label(rec.get("id", item.input), 200)
     try:
-        item.conversation, item.images = (_llava if fmt == "llava" else _messages)(rec, root)
+        item.conversation, item.images = (_llava if fmt == "llava" else _messages)(rec, root, allow_outside_root)
+    except BadPath as e:
+        item.error = (e.reason, e.detail)
     except BadRecord as e:
-        item.error = ("bad_record", str(e))
+        item.error = ("bad_record", safe_label(e, 300))
 
 
-def iter_json_source(path: str, fmt: str, image_root: str | None, deferred: bool = False) -> Iterator[SourceItem]:
+def iter_json_source(path: str, fmt: str, image_root: str | None, deferred: bool = False,
+                     allow_outside_root: bool = False) -> Iterator[SourceItem]:
     """Items of a LLaVA or messages JSON/JSONL file. ``deferred``: JSONL lines are parsed later, by
     ``SourceItem.resolve()`` (in build workers), so enumerating stays cheap."""
     root = storage.local(image_root) if image_root else storage.dirname(path)
+    if not storage.is_url(root):
+        root = os.path.abspath(root)
     for index, (label, rec, err) in enumerate(iter_records(path, raw=deferred)):
-        item = SourceItem(index=index, input=label)
+        item = SourceItem(index=index, input=safe_label(label))
         if err is not None:
             item.error = ("bad_json", err)
         elif deferred:
-            item.pending = (_fill, (rec, fmt, root))
+            item.pending = (_fill, (rec, fmt, root, allow_outside_root))
         else:
-            _fill(item, rec, fmt, root)
+            _fill(item, rec, fmt, root, allow_outside_root)
         yield item
 
 
@@ -122,6 +157,6 @@ def sniff(path: str) -> str | None:
         for _, rec, _err in iter_records(path):
             if isinstance(rec, dict):
                 return "llava" if "conversations" in rec else "messages" if "messages" in rec else None
-    except (SourceError, OSError):
+    except (SourceError, OSError, storage.StorageError):
         return None
     return None
