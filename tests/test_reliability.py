@@ -363,6 +363,9 @@ def test_validate_checks_nv_meta(tmp_path):
     # a dataset from before the hash was recorded: warnings, not failures
     old = tmp_path / "old"
     shutil.copytree(SAMPLE_SHARDS, old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest.pop("energon", None)  # as written before the hashes were recorded
+    (old / "manifest.json").write_text(json.dumps(manifest))
     rep = validate(str(old))
     assert rep.ok and any("older vlmdata" in w.problem for w in rep.warnings)
     (old / ".nv-meta" / "vlmdata_loader.py").write_text("import os\n")
