@@ -259,3 +259,44 @@ def test_two_ranks_under_torchrun(tmp_path):
         assert len(src["per_rank"]) == 2 and src["summary"]["steps"] == n == len(src["records"])
         assert src["summary"]["steps"] == 12 and rep["measurement"]["real_epoch_steps"] == 12
     assert set(rep["stragglers"]) == {"imagefree", "synthetic", "real"}
+
+
+def test_report_html_structure(order_runs, tmp_path):
+    """Every section has content, every stage its own colour, wide tables scroll instead of being cut."""
+    import re
+
+    from vlmdata.audit.report import STAGE_COLOURS
+
+    assert len(set(STAGE_COLOURS.values())) == len(STAGE_COLOURS)  # data_wait and other no longer share one
+    page = open(write_report(build_report([order_runs[0]], threshold=0.10), str(tmp_path))["html"]).read()
+    sections = re.split(r"<h2>", page)[1:]
+    assert len(sections) >= 8
+    for sec in sections:
+        title, _, body = sec.partition("</h2>")
+        assert re.search(r"<(td|li|img|dd)\b", body), f"section {title!r} is empty"
+    assert page.count("<div class='scroll'><table>") == page.count("<table>")
+    assert "<b>Environment:</b> " in page and "<b>Method:</b> " in page
+
+
+def _chromium():
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(not _chromium(), reason="no headless Chromium on this machine")
+def test_report_html_fits_1280_px_in_a_browser(order_runs, tmp_path):
+    """Rendered by headless Chromium at 1280 px: the page does not scroll sideways and the plots load."""
+    import re
+    import subprocess
+
+    page = open(write_report(build_report([order_runs[0]], threshold=0.10), str(tmp_path))["html"]).read()
+    probe = ("<script>window.onload=function(){document.title='W'+document.documentElement.scrollWidth+' I'+"
+             "Array.from(document.images).filter(function(i){return i.naturalWidth>0}).length;}</script>")
+    (tmp_path / "probe.html").write_text(page.replace("</body>", probe + "</body>"))
+    out = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,2000",
+                          "--virtual-time-budget=5000", "--dump-dom", f"file://{tmp_path / 'probe.html'}"],
+                         capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r"<title>W(\d+) I(\d+)</title>", out)
+    assert m, out[:500]
+    assert int(m.group(1)) <= 1280 and int(m.group(2)) == page.count("data:image/png;base64,")

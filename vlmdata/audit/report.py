@@ -308,8 +308,9 @@ def _visual_plot(plt, names, sums) -> bytes:
     bins = max(min(len(set(allv)), 40), 1) if allv else 10
     for n, s in zip(names, sums):
         if s["visual_tokens_per_sample"]:
-            ax.hist(s["visual_tokens_per_sample"], bins=bins, range=(min(allv), max(allv) + 1), alpha=0.5,
-                    label=f"{n} (n={len(s['visual_tokens_per_sample'])})")
+            # outlines, not filled bars: paired sources coincide and would hide each other
+            ax.hist(s["visual_tokens_per_sample"], bins=bins, range=(min(allv), max(allv) + 1), histtype="step",
+                    linewidth=1.8, label=f"{n} (n={len(s['visual_tokens_per_sample'])})")
     ax.set_xlabel("visual tokens per sample")
     ax.set_title("distribution of visual tokens per sample")
     ax.legend(fontsize=8)
@@ -357,6 +358,10 @@ def _definitions_html(report: dict) -> str:
                                                for k, v in defs) + "</dl>"
 
 
+def _loads(values) -> str:
+    return "-" if not values else " / ".join(f"{v:.2f}" for v in values)
+
+
 def _method_line(report: dict) -> str:
     m = report.get("measurement") or {}
     if not m:
@@ -366,7 +371,8 @@ def _method_line(report: dict) -> str:
             f"{m.get('block')} (order rotating each round), stopped by {m.get('stop')}; every shape warmed first "
             f"({w.get('shape_batches')} warm-up batches, {w.get('shape_items')} shape items, "
             f"{w.get('seconds', 0):.1f} s) and {w.get('loader_steps_per_source')} untimed step(s) per source after "
-            f"its loader started; load average {report.get('environment', {}).get('load_average')}.")
+            f"its loader started; load average {_loads(report.get('environment', {}).get('load_average'))} at the "
+            f"start, {_loads(m.get('load_average_end'))} at the end.")
 
 
 def _head_lines(report: dict) -> list[tuple[str, str]]:
