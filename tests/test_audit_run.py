@@ -300,3 +300,13 @@ def test_report_html_fits_1280_px_in_a_browser(order_runs, tmp_path):
     m = re.search(r"<title>W(\d+) I(\d+)</title>", out)
     assert m, out[:500]
     assert int(m.group(1)) <= 1280 and int(m.group(2)) == page.count("data:image/png;base64,")
+
+
+def test_a_build_source_as_real_says_build_first(tmp_path, capsys):
+    from PIL import Image
+
+    Image.new("RGB", (64, 48), (200, 10, 10)).save(tmp_path / "cat.jpg")
+    (tmp_path / "cat.txt").write_text("a cat")
+    assert main(["audit", "--real", str(tmp_path), "--sources", "imagefree,real"]) == 2
+    err = capsys.readouterr().err
+    assert "it is an image folder, not vlmdata shards: run `vlmdata build" in err and len(err.strip().splitlines()) == 1

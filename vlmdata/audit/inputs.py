@@ -77,7 +77,23 @@ def real_shards(real: str) -> list[str]:
     try:
         return resolve_shards(real)
     except (ValueError, OSError) as e:
-        raise AuditError(f"real dataset {real!r}: {e}") from None
+        hint = _build_hint(real)
+        raise AuditError(f"real dataset {real!r}: {e}" + (f"; {hint}" if hint else "")) from None
+
+
+def _build_hint(path: str) -> str | None:
+    """What to do when ``path`` is a build source (image folder, LLaVA/messages JSON, HF dataset), not shards."""
+    from ..sources import SourceError, detect_format  # only on this error path
+
+    if not os.path.exists(path):
+        return None
+    try:
+        fmt = detect_format(path)
+    except (SourceError, ValueError, OSError):
+        return None
+    what = {"folder": "an image folder", "llava": "LLaVA JSON", "messages": "messages JSON",
+            "hf": "a Hugging Face dataset"}.get(fmt, f"a {fmt} source")
+    return f"it is {what}, not vlmdata shards: run `vlmdata build {path} -o SHARDS` first, then audit SHARDS"
 
 
 def prepare_input(name: str, shards: list[str], *, profile: str | None = None, seed: int = 0,
