@@ -2,7 +2,7 @@
 
     python bench/build.py [--samples 2000] [--workers 2] [--repeat 3]
 
-The input is a LLaVA JSONL over COCO-like JPEGs made from the offline photos (vlmdata.photos).
+The input is a LLaVA JSONL over COCO-like JPEGs made from the offline photos (vlmdata.sources.photos).
 Both sides read every image file and caption and write tar shards of <= --max-count samples without
 re-encoding ("pack mode"); vlmdata also checks every image header and end marker, hashes every
 shard, and writes the manifest. Energon indexing (.nv-meta) is timed separately. Prints samples/s
@@ -53,8 +53,8 @@ def main() -> None:
     ap.add_argument("--tmp", default=None, help="folder for input and outputs (default: the system temp; /dev/shm takes the disk out)")
     ap.add_argument("--fsync", action="store_true", help="vlmdata flushes every shard to disk (the plain loop never does)")
     args = ap.parse_args()
-    from vlmdata.build import BuildOptions, build
-    from vlmdata.photos import make_source
+    from vlmdata.build.builder import BuildOptions, build
+    from vlmdata.sources.photos import make_source
 
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         src = os.path.join(tmp, "src")
@@ -79,7 +79,7 @@ def main() -> None:
             m = build(jsonl, out, BuildOptions(max_count=args.max_count, workers=args.workers, fsync=args.fsync), energon=False)
             best["vlmdata"] = min(best["vlmdata"], time.perf_counter() - t)
             counts["vlmdata"] = m["accounting"]["written"]
-            from vlmdata.energon import prepare_energon
+            from vlmdata.dataset.nvmeta import prepare_energon
 
             t = time.perf_counter()
             prepare_energon(out, [s["name"] for s in m["shards"]], workers=args.workers)

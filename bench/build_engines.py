@@ -45,7 +45,7 @@ def make_input(root: str, n: int, seed: int = 0) -> int:
 
 
 def timed_build(src: str, out: str, workers: int, engine: str, energon: bool = False) -> tuple[float, dict]:
-    from vlmdata.build import BuildOptions, build
+    from vlmdata.build.builder import BuildOptions, build
 
     shutil.rmtree(out, ignore_errors=True)
     t = time.perf_counter()
@@ -81,7 +81,7 @@ def main() -> None:
         ray.shutdown()
         same = all(filecmp.cmp(os.path.join(tmp, "local", s["name"]), os.path.join(tmp, "ray", s["name"]), shallow=False)
                    for s in ml["shards"]) and ml["shards"] == mr["shards"] and ml["shards"] == m1["shards"]
-        from vlmdata.energon import prepare_energon
+        from vlmdata.dataset.nvmeta import prepare_energon
 
         t = time.perf_counter()
         prepare_energon(os.path.join(tmp, "local"), [s["name"] for s in ml["shards"]], workers=args.workers)

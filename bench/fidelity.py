@@ -1,6 +1,6 @@
 """Issue 3 goals, measured: profile a real photo check set, synthesize its twin, compare.
 
-Check set: ``vlmdata.photos.make_source`` with its own seed and size (not the tests' seeds or
+Check set: ``vlmdata.sources.photos.make_source`` with its own seed and size (not the tests' seeds or
 sizes): real offline photographs cropped to random aspect ratios (0.6-1.8) and long sides
 320-1280 px, JPEG q80-95 (15% 4:4:4), one- to three-image samples, one PNG page, two bad inputs.
 
@@ -10,7 +10,7 @@ Steps (one process, one run):
 3. ``vlmdata compare real.json synth.json`` -> KS per metric, decode median ratio (separate runs)
 4. decode ratio again, interleaved: each real image and its synthetic twin (same profile row)
    decoded alternately, fastest of ``--repeats`` thread-CPU decodes each; median over images
-5. throughput per core, side by side: real decode + Qwen3-VL preprocess (vlmdata.loaders.image,
+5. throughput per core, side by side: real decode + Qwen3-VL preprocess (vlmdata.qwen.image,
    fast path and HF-exact path) vs the in-process ``SyntheticSource`` (fresh generation on one
    thread, and from its warm pool)
 
@@ -34,11 +34,11 @@ from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vlmdata.compare import compare  # noqa: E402
-from vlmdata.photos import make_source  # noqa: E402
-from vlmdata.profile import ProfileOptions, get_tokenizer, load_profile  # noqa: E402
-from vlmdata.tario import iter_shard  # noqa: E402
-from vlmdata.manifest import shard_paths  # noqa: E402
+from vlmdata.dataset.manifest import shard_paths  # noqa: E402
+from vlmdata.dataset.tar import iter_shard  # noqa: E402
+from vlmdata.profile.compare import compare  # noqa: E402
+from vlmdata.profile.measure import ProfileOptions, get_tokenizer, load_profile  # noqa: E402
+from vlmdata.sources.photos import make_source  # noqa: E402
 
 
 def cpu_decode_ms(data: bytes) -> float:
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     src = make_source(os.path.join(work, "real"), n_single=args.single, n_multi=args.multi, seed=args.seed)
     tok = get_tokenizer(None)
 
-    from vlmdata.cli import main as cli
+    from vlmdata.cli.main import main as cli
 
     real_json, synth_json, synth_out = (os.path.join(work, n) for n in ("real.json", "synth.json", "synth"))
     t = time.perf_counter()
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     cli(["compare", real_json, synth_json, "--plot", os.path.join(work, "compare.png")])
 
     # ---- interleaved decode check: real image i and its twin (same row, same position)
-    from vlmdata.profile import open_input
+    from vlmdata.profile.measure import open_input
 
     _, real_samples, _ = open_input(src, ProfileOptions())
     real_images = [s.images for s in real_samples]
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     inter_ratio = float(np.median(sms) / np.median(rms))
 
     # ---- throughput per core: real decode + preprocess vs in-process synthetic source
-    from vlmdata.loaders.image import preprocess_image
+    from vlmdata.qwen.image import preprocess_image
     from vlmdata.synthetic.source import SyntheticSource
 
     flat_real = [r for r, _ in twins]
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
          round(warm_rate / fast, 2), ">= 2", warm_rate / fast >= 2),
     ]
     lines = [
-        f"Check set: vlmdata.photos.make_source(n_single={args.single}, n_multi={args.multi}, seed={args.seed}): "
+        f"Check set: vlmdata.sources.photos.make_source(n_single={args.single}, n_multi={args.multi}, seed={args.seed}): "
         f"{real['summary']['samples']} samples, {real['summary']['images']} images "
         f"(skipped {real['summary']['skipped']}); formats {real['summary']['formats']}, subsampling "
         f"{real['summary']['subsampling']}; synth seed {args.synth_seed}, {rows} samples.",

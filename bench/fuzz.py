@@ -221,8 +221,8 @@ def check_build(out: str, written: int | None = None, reasons: dict | None = Non
 
 def loader_accounting(root: str, on_error: str = "skip", workers: int = 0) -> dict:
     """Run one epoch of the vlmdata loader; return what it yielded and skipped and the manifest's keys."""
+    from vlmdata.dataset.manifest import load_manifest, shard_keys
     from vlmdata.loaders.api import make_loader
-    from vlmdata.manifest import load_manifest, shard_keys
 
     ld = make_loader(root, tokenizer=_tokenizer(), micro_batch_size=3, seq_length=None, min_pixels=32 * 32,
                      max_pixels=64 * 64, shuffle=False, on_error=on_error, num_workers=workers)
@@ -273,7 +273,7 @@ _TOK = None
 def _tokenizer():
     global _TOK
     if _TOK is None:
-        from vlmdata.qwen import load_qwen_tokenizer
+        from vlmdata.qwen.spec import load_qwen_tokenizer
 
         _TOK = load_qwen_tokenizer()
     return _TOK
@@ -595,7 +595,7 @@ def _same_as_clean(ctx: Ctx, src: str, out: str, build_args: tuple):
     def check(root, res):
         if res.code != 0:
             return None
-        from vlmdata.build import BuildOptions, build
+        from vlmdata.build.builder import BuildOptions, build
 
         clean = ctx.path("clean")
         if not os.path.exists(clean):
@@ -617,7 +617,7 @@ def _same_as_clean(ctx: Ctx, src: str, out: str, build_args: tuple):
 def finish(argv: list[str]) -> dict:
     """``vlmdata build ... --resume``; when there is nothing to resume (killed before it began, or after
     it finished) the plain build or nothing: the dataset must end complete either way."""
-    from vlmdata.cli import main
+    from vlmdata.cli.main import main
 
     out = argv[argv.index("-o") + 1]
     if os.path.exists(os.path.join(out, "manifest.json")) and not os.path.exists(os.path.join(out, ".vlmdata-build")):
@@ -686,7 +686,7 @@ def _output_cases() -> list[Case]:
     def overwrite_then_bad_source(ctx, bad):
         src = folder(ctx, 2)
         out = ctx.out("out")
-        from vlmdata.build import BuildOptions, build
+        from vlmdata.build.builder import BuildOptions, build
 
         build(src, out, BuildOptions(workers=1))
         ctx.protect(out)
@@ -699,7 +699,7 @@ def _output_cases() -> list[Case]:
     def overwrite_dataset(ctx):
         src = folder(ctx, 3)
         out = ctx.out("out")
-        from vlmdata.build import BuildOptions, build
+        from vlmdata.build.builder import BuildOptions, build
 
         build(folder(ctx, 5, name="src2"), out, BuildOptions(workers=1, max_count=1))
         return [Step("build", ["build", src, "-o", out, "-q", "--overwrite"], check=check_build(out, written=3)),
@@ -735,7 +735,7 @@ def _output_cases() -> list[Case]:
     def concurrent(ctx):
         src = big_src(ctx, 30)
         out = ctx.out("out")
-        from vlmdata.build import BuildOptions, build
+        from vlmdata.build.builder import BuildOptions, build
 
         build(src, out, BuildOptions(workers=1))
         return [Step("race", fn=_race, args=(src, out)), Step("validate", ["validate", out, "-q"])]
@@ -781,7 +781,7 @@ def _race(src: str, out: str) -> dict:
 def _with_lock(out: str, argv: list[str]) -> dict:
     import fcntl
 
-    from vlmdata.cli import main
+    from vlmdata.cli.main import main
 
     os.makedirs(out, exist_ok=True)
     fd = os.open(os.path.join(out, ".vlmdata.lock"), os.O_RDWR | os.O_CREAT)
@@ -809,7 +809,7 @@ def clean_dataset(kind: str = "new") -> str:
     """A 24-sample, 4-shard dataset (one input skipped, so keys have a gap), built once per run."""
     if kind in _CLEAN and os.path.isdir(_CLEAN[kind]):  # an earlier run in this process may have cleaned up
         return _CLEAN[kind]
-    from vlmdata.build import BuildOptions, build
+    from vlmdata.build.builder import BuildOptions, build
 
     base = Path(tempfile.mkdtemp(prefix="vlmdata-fuzz-clean-"))
     src = base / "src"
@@ -927,7 +927,7 @@ def _shard_cases() -> list[Case]:
 
 def _raise_at_first_loss(root: str) -> dict:
     """With on_error='raise' the loader raises BadSampleError at the first sample the skip run lost."""
-    from vlmdata.loaders.pipeline import BadSampleError
+    from vlmdata.dataset.reader import BadSampleError
 
     skip = loader_accounting(root)
     try:
@@ -1123,8 +1123,8 @@ def _loader_cases() -> list[Case]:
 
     def hand_made(ctx, text: str, n_images: int = 1):
         """A shard written directly (as an older or foreign writer could): the text is not checked."""
-        from vlmdata.build import write_dataset
-        from vlmdata.schema import ImageInfo, Sample, user_assistant
+        from vlmdata.build.builder import write_dataset
+        from vlmdata.dataset.schema import ImageInfo, Sample, user_assistant
 
         out = ctx.out()
         data = jpeg(64, 48)
@@ -1148,7 +1148,7 @@ def _loader_cases() -> list[Case]:
 
     def empty_endless(ctx):
         out = ctx.out()
-        from vlmdata.build import BuildOptions, build
+        from vlmdata.build.builder import BuildOptions, build
 
         src = folder(ctx, 1)
         Path(src, "good0.txt").write_text("")
@@ -1178,7 +1178,7 @@ def _pads_equal_visual_tokens(root: str) -> dict:
 
     ld = make_loader(root, tokenizer=_tokenizer(), micro_batch_size=1, seq_length=None, min_pixels=32 * 32,
                      max_pixels=64 * 64, shuffle=False)
-    from vlmdata.loaders.tokenize import ChatTokenizer
+    from vlmdata.qwen.tokenize import ChatTokenizer
 
     pad = ChatTokenizer(_tokenizer()).image_pad
     for b in ld:
@@ -1253,7 +1253,7 @@ def _child(step: Step, cwd: str, out_path: str, err_path: str, res_path: str) ->
     code = 0
     try:
         if step.argv is not None:
-            from vlmdata.cli import main
+            from vlmdata.cli.main import main
 
             code = int(main(list(step.argv)) or 0)
         else:
@@ -1424,15 +1424,16 @@ def run_step_captured(step: Step, cwd: Path, tag: str) -> Result:
 
 def preload() -> None:
     """Import what the steps use once, before forking (each child then starts in milliseconds)."""
-    import vlmdata.cli  # noqa: F401 - imports every command
-    import vlmdata.loaders.api  # noqa: F401
-    import vlmdata.energon  # noqa: F401
-    import megatron.energon  # noqa: F401
     import datasets
+    import megatron.energon  # noqa: F401
+
+    import vlmdata.cli.main  # noqa: F401 - imports every command
+    import vlmdata.dataset.nvmeta  # noqa: F401
+    import vlmdata.loaders.api  # noqa: F401
 
     datasets.disable_progress_bars()
     _tokenizer()
-    from vlmdata.cli import parser
+    from vlmdata.cli.main import parser
 
     parser()
 

@@ -30,11 +30,11 @@ from PIL import Image
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from vlmdata import sample_data_path  # noqa: E402
+from vlmdata.dataset.reader import ShardReader, scan_shard  # noqa: E402
 from vlmdata.loaders.api import resolve_shards  # noqa: E402
 from vlmdata.loaders.device_images import DEFERRED_KEY, defer_image, finish_batch  # noqa: E402
-from vlmdata.loaders.pipeline import ShardReader, scan_shard  # noqa: E402
-from vlmdata.loaders.vision import preprocess_any  # noqa: E402
-from vlmdata.qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec  # noqa: E402
+from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec  # noqa: E402
+from vlmdata.qwen.vision import preprocess_any  # noqa: E402
 
 SPEC = get_spec("qwen3-vl")
 

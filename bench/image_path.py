@@ -27,8 +27,8 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from vlmdata.loaders.image import preprocess_image  # noqa: E402
-from vlmdata.qwen import build_image_processor  # noqa: E402
+from vlmdata.qwen.image import preprocess_image  # noqa: E402
+from vlmdata.qwen.spec import build_image_processor  # noqa: E402
 
 PHOTOS = [
     ("skimage", "data/astronaut.png"),
@@ -117,7 +117,7 @@ def time_ms(fn, items: list[bytes], repeat: int, clock=time.perf_counter) -> flo
 
 def gpu_decode(sets: dict[str, list[bytes]], batch: int = 64) -> None:
     """Throughput of decode_jpeg_gpu (nvJPEG, batched), when torchvision and CUDA are present."""
-    from vlmdata.loaders.image import decode_jpeg_gpu
+    from vlmdata.qwen.image import decode_jpeg_gpu
 
     for k, items in sets.items():
         data = (items * batch)[:batch]

@@ -2,7 +2,7 @@
 
     python scripts/make_sample_data.py [--out sample_shards]
 
-The source (offline photos, cropped and captioned) comes from ``vlmdata.photos.make_source``.
+The source (offline photos, cropped and captioned) comes from ``vlmdata.sources.photos.make_source``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import os
 import shutil
 import tempfile
 
-from vlmdata.build import BuildOptions, build
-from vlmdata.photos import make_source
+from vlmdata.build.builder import BuildOptions, build
+from vlmdata.sources.photos import make_source
 
 
 def main() -> None:

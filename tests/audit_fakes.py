@@ -96,7 +96,7 @@ def make_tiny_batch(grids_per_sample=(((1, 8, 12),), ((1, 12, 8), (1, 4, 4))), s
     import torch
 
     from vlmdata.audit.model import PAD_TOKEN_ID, VISION_END_TOKEN_ID, VISION_START_TOKEN_ID
-    from vlmdata.qwen import load_qwen_tokenizer
+    from vlmdata.qwen.spec import load_qwen_tokenizer
 
     tok = load_qwen_tokenizer()
     prompt = tok.encode("user\nDescribe this image.", add_special_tokens=False)

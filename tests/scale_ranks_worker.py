@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from vlmdata.loaders import make_loader
-from vlmdata.qwen import load_qwen_tokenizer
+from vlmdata.qwen.spec import load_qwen_tokenizer
 
 
 def main() -> None:

@@ -15,9 +15,18 @@ import re
 
 import pytest
 
-from vlmdata.audit.logs import (VL_CLASS_RE, LogError, WorkloadMismatch, compare_logs, config_value, parse_line,
-                                parse_log, report_content, to_records)
-from vlmdata.cli import main
+from vlmdata.audit.logs import (
+    VL_CLASS_RE,
+    LogError,
+    WorkloadMismatch,
+    compare_logs,
+    config_value,
+    parse_line,
+    parse_log,
+    report_content,
+    to_records,
+)
+from vlmdata.cli.main import main
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "audit")
 

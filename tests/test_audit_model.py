@@ -9,8 +9,16 @@ import pytest
 import torch
 
 from vlmdata.audit.flops import step_flops
-from vlmdata.audit.model import (IMAGE_TOKEN_ID, PAD_TOKEN_ID, QWEN_VOCAB_SIZE, VIDEO_TOKEN_ID,
-                                 VISION_END_TOKEN_ID, VISION_START_TOKEN_ID, build_model, model_summary)
+from vlmdata.audit.model import (
+    IMAGE_TOKEN_ID,
+    PAD_TOKEN_ID,
+    QWEN_VOCAB_SIZE,
+    VIDEO_TOKEN_ID,
+    VISION_END_TOKEN_ID,
+    VISION_START_TOKEN_ID,
+    build_model,
+    model_summary,
+)
 from vlmdata.audit.step import STAGES, ImagePadMismatch, TrainStep, check_batch, train_step
 
 IM_START, IM_END = 151644, 151645

@@ -7,14 +7,14 @@ import socket
 
 import pytest
 import torch
-
 from audit_fakes import SMALL_PIXELS, FakeClock, ShapeCostWorkload
+
 from vlmdata.audit.distributed import merge_ranks, stragglers
 from vlmdata.audit.report import build_report, write_report
 from vlmdata.audit.runner import AuditConfig, run_audit
 from vlmdata.audit.step import STAGES
 from vlmdata.audit.verdict import GAP_METRICS
-from vlmdata.cli import main
+from vlmdata.cli.main import main
 
 SOURCES = ("imagefree", "bridge-noise", "synthetic", "real")
 

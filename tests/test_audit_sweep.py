@@ -5,15 +5,15 @@ import math
 
 import pytest
 import torch
-
 from audit_fakes import SMALL_PIXELS, FakeClock, MemoryBudgetWorkload
+
 from vlmdata.audit.decisions import decide_configs, label
 from vlmdata.audit.inputs import AuditError
 from vlmdata.audit.report import build_report, write_report
 from vlmdata.audit.runner import AuditConfig
 from vlmdata.audit.sweep import grid, parse_sweep, run_sweep
 from vlmdata.audit.workloads import ReferenceWorkload, apply_recompute
-from vlmdata.cli import main
+from vlmdata.cli.main import main
 
 
 def cell(rate, peak_gb=10.0, oom=False):

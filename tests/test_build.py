@@ -7,13 +7,13 @@ import sys
 import tarfile
 
 import pytest
+from conftest import jpeg_bytes, png_bytes
 from PIL import Image
 
-from conftest import jpeg_bytes, png_bytes
-from vlmdata.build import BuildError, BuildOptions, build
-from vlmdata.manifest import load_manifest
+from vlmdata.build.builder import BuildError, BuildOptions, build
+from vlmdata.dataset.manifest import load_manifest
+from vlmdata.dataset.tar import END_BYTES, iter_shard, member_size
 from vlmdata.sources import SourceError
-from vlmdata.tario import END_BYTES, iter_shard, member_size
 
 
 def shard_files(out):
@@ -195,8 +195,8 @@ def test_out_dir_rules_and_bad_source(llava_source, tmp_path):
 
 KILL_SCRIPT = """
 import os, signal, sys
-import vlmdata.build as b
-from vlmdata.build import build, BuildOptions
+import vlmdata.build.builder as b
+from vlmdata.build.builder import build, BuildOptions
 MAIN, KILL_AT = os.getpid(), int(sys.argv[3])
 orig = b.write_shard
 def write_then_die(plan, *args):

@@ -7,10 +7,10 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import SAMPLE_SHARDS
-from vlmdata.cli import main
-from vlmdata.tario import BLOCK
+
+from vlmdata.cli.main import main
+from vlmdata.dataset.tar import BLOCK
 
 
 def run_cli(*args):
@@ -89,13 +89,13 @@ COMMANDS = ["build", "validate", "inspect", "demo", "profile", "synth", "compare
 HELP_PROBE = r"""
 import sys, time
 t = time.perf_counter()
-from vlmdata.cli import main
+from vlmdata.cli.main import main
 try:
     main(sys.argv[1:])
 except SystemExit:
     pass
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers", "ray", "datasets"))
-cmds = sorted(m for m in sys.modules if m.startswith("vlmdata.commands."))
+cmds = sorted(m for m in sys.modules if m.startswith("vlmdata.cli.commands."))
 print("HEAVY", ",".join(heavy[:5]))
 print("CMDS", ",".join(cmds))
 """
@@ -118,7 +118,7 @@ def test_top_level_help_imports_no_command():
 def test_subcommand_help_imports_only_its_module(name):
     r, heavy, cmds = _help_probe(name, "--help")
     assert f"usage: vlmdata {name}" in r.stdout
-    assert cmds == f"vlmdata.commands.{name}"
+    assert cmds == f"vlmdata.cli.commands.{name}"
     assert heavy == ""
 
 
@@ -132,7 +132,7 @@ def _all_parsers(p):
 
 @pytest.mark.parametrize("name", COMMANDS)
 def test_every_option_is_documented(name):
-    from vlmdata.cli import parser
+    from vlmdata.cli.main import parser
 
     sub = parser([name])._subparsers._group_actions[0].choices[name]
     for p in _all_parsers(sub):

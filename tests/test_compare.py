@@ -4,11 +4,11 @@ import json
 
 import numpy as np
 import pytest
-
 from test_profile import small_profile, small_source, tok  # noqa: F401  (shared fixtures)
-from vlmdata.cli import main as cli
-from vlmdata.compare import Thresholds, compare, ks_distance
-from vlmdata.profile import load_profile
+
+from vlmdata.cli.main import main as cli
+from vlmdata.profile.compare import Thresholds, compare, ks_distance
+from vlmdata.profile.measure import load_profile
 
 
 def test_ks_distance_exact_values():

@@ -1,16 +1,14 @@
 """The shards read back with plain webdataset, Megatron-Energon and Hugging Face datasets."""
 
 import glob
-import io
 import json
 import os
 
 import torch
-from PIL import Image
-
 from conftest import SAMPLE_SHARDS
-from vlmdata.manifest import load_manifest
-from vlmdata.tario import iter_shard
+
+from vlmdata.dataset.manifest import load_manifest
+from vlmdata.dataset.tar import iter_shard
 
 
 def expected():
@@ -67,7 +65,7 @@ def test_huggingface_datasets_webdataset_loader():
 
     exp = expected()
     urls = sorted(glob.glob(os.path.join(SAMPLE_SHARDS, "*.tar")))
-    from vlmdata.hf import hf_features
+    from vlmdata.interop.hf import hf_features
 
     ds = datasets.load_dataset("webdataset", data_files={"train": urls}, split="train", features=hf_features(SAMPLE_SHARDS))
     assert len(ds) == len(exp)

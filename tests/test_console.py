@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from vlmdata.console import Advance, clock, counts, progress, table
+from vlmdata.cli.console import Advance, clock, counts, progress, table
 
 LINE = re.compile(r"^(?P<desc>[^:]+(?:: [^:,]+)?): (?P<done>done, )?(?P<n>\d+)(?:/(?P<total>\d+))? (?P<unit>\w+)"
                   r"(?: \((?P<pct>\d+)%\))?, (?P<rate>[\d.,]+|-) \w+/s, elapsed (?P<el>\d+:\d\d:\d\d)"

@@ -13,9 +13,9 @@ import re
 import shlex
 
 import pytest
-
 from conftest import REPO, photo
-from vlmdata.cli import main
+
+from vlmdata.cli.main import main
 
 DOC = os.path.join(REPO, "docs", "FORMATS.md")
 MARK = re.compile(r"<!-- (images|file|python|upload|run):?\s*(.*?)\s*-->\n(?:```\w*\n(.*?)```\n)?", re.S)

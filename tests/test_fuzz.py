@@ -12,7 +12,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 import fuzz  # noqa: E402
 
-
 # The endless loader (num_epochs=None) over a dataset where every sample is skipped is stopped by
 # vlmdata.loaders.pipeline.check_epoch, which the loader calls at the end of each epoch (docs/RELIABILITY.md).
 ENDLESS = "loader/endless_epochs_all_skipped"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlmdata.loaders.image import (
+from vlmdata.qwen.image import (
     DRAFT_MEAN_TOL_LEVELS,
     DRAFT_P99_TOL_LEVELS,
     decode_jpeg_gpu,
@@ -24,7 +24,7 @@ from vlmdata.loaders.image import (
     preprocess_images,
     preprocess_pil,
 )
-from vlmdata.qwen import build_image_processor, get_spec, grid_thw
+from vlmdata.qwen.spec import build_image_processor, get_spec, grid_thw
 
 MODELS = ["qwen3-vl", "qwen2.5-vl"]
 MAX_TOL_LEVELS = 96  # a bound on single-pixel outliers at sharp edges (measured up to 64)

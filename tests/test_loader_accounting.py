@@ -10,16 +10,17 @@ import shutil
 import pytest
 from PIL import Image
 
-from vlmdata.build import BuildOptions, build
+from vlmdata.build.builder import BuildOptions, build
+from vlmdata.dataset.manifest import load_manifest, shard_keys
+from vlmdata.dataset.reader import BadSampleError, scan_shard
+from vlmdata.dataset.tar import BLOCK
 from vlmdata.loaders.api import make_loader
-from vlmdata.loaders.pipeline import BadSampleError, EmptyEpochError, check_epoch, scan_shard
-from vlmdata.manifest import load_manifest, shard_keys
-from vlmdata.tario import BLOCK
+from vlmdata.loaders.pipeline import EmptyEpochError, check_epoch
 
 
 @pytest.fixture(scope="module")
 def tok():
-    from vlmdata.qwen import load_qwen_tokenizer
+    from vlmdata.qwen.spec import load_qwen_tokenizer
 
     return load_qwen_tokenizer()
 

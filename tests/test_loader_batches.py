@@ -1,6 +1,6 @@
 """vlmdata batches == Megatron Bridge's qwen2_5_collate_fn output built with the real HF processor.
 
-The reference (vlmdata.loaders.reference.BridgeReference) runs the HF processor (apply_chat_template +
+The reference (vlmdata.baselines.bridge_hf.BridgeReference) runs the HF processor (apply_chat_template +
 processor(text, images) with Bridge's min/max pixels, after qwen-vl-utils' pre-resize) and Bridge's
 boundary-scan loss mask re-implemented from its source on plain lists. vlmdata's own path never calls
 the processor. Token ids, labels, loss masks, position ids, attention masks and grids must be equal;
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
+from vlmdata.dataset.reader import parse_raw
+from vlmdata.dataset.schema import Sample
+from vlmdata.dataset.tar import iter_shard
 from vlmdata.loaders.api import process_samples
-from vlmdata.loaders.image import draft_tolerance
-from vlmdata.loaders.pipeline import parse_raw
-from vlmdata.loaders.tokenize import ChatTokenizer
-from vlmdata.schema import Sample
-from vlmdata.tario import iter_shard
+from vlmdata.qwen.image import draft_tolerance
+from vlmdata.qwen.tokenize import ChatTokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARDS = os.path.join(REPO, "sample_shards")
@@ -37,15 +37,15 @@ def samples():
 
 @pytest.fixture(scope="module")
 def tok():
-    from vlmdata.qwen import load_qwen_tokenizer
+    from vlmdata.qwen.spec import load_qwen_tokenizer
 
     return load_qwen_tokenizer()
 
 
 @pytest.fixture(scope="module", params=["qwen3-vl", "qwen2.5-vl"])
 def setup(request, tok):
-    from vlmdata.loaders.reference import BridgeReference
-    from vlmdata.qwen import build_qwen_processor
+    from vlmdata.baselines.bridge_hf import BridgeReference
+    from vlmdata.qwen.spec import build_qwen_processor
 
     model = request.param
     proc = build_qwen_processor(model, tokenizer=tok)

@@ -9,7 +9,7 @@ import torch
 
 from vlmdata.loaders import device_images
 from vlmdata.loaders.api import make_loader
-from vlmdata.loaders.image import draft_tolerance
+from vlmdata.qwen.image import draft_tolerance
 
 SHARDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_shards")
 
@@ -43,8 +43,8 @@ def test_device_images_need_the_decode_mode():
 def test_patchify_torch_is_the_numpy_layout():
     import numpy as np
 
-    from vlmdata.loaders.image import patchify
-    from vlmdata.qwen import get_spec
+    from vlmdata.qwen.image import patchify
+    from vlmdata.qwen.spec import get_spec
 
     spec = get_spec("qwen3-vl")
     img = np.random.default_rng(0).integers(0, 256, (64, 96, 3), dtype=np.uint8)

@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 import torch
 
+from vlmdata.dataset.tar import TarWriter, iter_shard
 from vlmdata.loaders import api
 from vlmdata.loaders.api import EmptyEpochError, make_loader
-from vlmdata.tario import TarWriter, iter_shard
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARDS = os.path.join(REPO, "sample_shards")
@@ -21,7 +21,7 @@ IMAGE_PAD = 151655
 
 @pytest.fixture(scope="module")
 def tok():
-    from vlmdata.qwen import load_qwen_tokenizer
+    from vlmdata.qwen.spec import load_qwen_tokenizer
 
     return load_qwen_tokenizer()
 

@@ -1,16 +1,14 @@
 """Pipeline guarantees: epoch coverage across ranks x workers, determinism, exact resume, bad samples."""
 
-import io
 import json
 import os
-import shutil
 from collections import Counter
 
 import pytest
 
+from vlmdata.dataset.reader import BadSampleError, scan_shard
+from vlmdata.dataset.tar import TarWriter, iter_shard
 from vlmdata.loaders.api import make_loader
-from vlmdata.loaders.pipeline import BadSampleError, scan_shard
-from vlmdata.tario import TarWriter, iter_shard
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARDS = os.path.join(REPO, "sample_shards")
@@ -19,7 +17,7 @@ ALL_KEYS = [r.key for i in range(6) for r in iter_shard(os.path.join(SHARDS, f"s
 
 @pytest.fixture(scope="module")
 def tok():
-    from vlmdata.qwen import load_qwen_tokenizer
+    from vlmdata.qwen.spec import load_qwen_tokenizer
 
     return load_qwen_tokenizer()
 
@@ -145,7 +143,7 @@ def bad_dataset(tmp_path):
     _write(d / "a-000000.tar", members)
     r2, r3 = good[2], good[3]
     meta = json.loads(r2.files["json"])
-    m = [(f"x1.json", json.dumps({**meta, "key": "x1"}).encode()), ("x1.0.jpg", b"\xff\xd8 not a jpeg"),
+    m = [("x1.json", json.dumps({**meta, "key": "x1"}).encode()), ("x1.0.jpg", b"\xff\xd8 not a jpeg"),
          ("x2.0.jpg", r3.files["0.jpg"])]
     _write(d / "a-000001.tar", m)
     _write(d / "a-000002.tar", [(f"{r.key}.{ext}", data) for r in good[2:4] for ext, data in r.files.items()])

@@ -7,11 +7,20 @@ import tempfile
 
 import pytest
 
-from vlmdata.cli import main as cli
-from vlmdata.photos import make_source
-from vlmdata.profile import (PROFILE_SCHEMA, ProfileError, ProfileOptions, count_text_tokens, get_tokenizer,
-                             load_profile, profile_dataset, sample_rows, write_profile)
-from vlmdata.qwen import visual_tokens
+from vlmdata.cli.main import main as cli
+from vlmdata.profile.measure import (
+    PROFILE_SCHEMA,
+    ProfileError,
+    ProfileOptions,
+    count_text_tokens,
+    get_tokenizer,
+    load_profile,
+    profile_dataset,
+    sample_rows,
+    write_profile,
+)
+from vlmdata.qwen.spec import visual_tokens
+from vlmdata.sources.photos import make_source
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,13 +13,28 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from vlmdata.loaders.pipeline import BadSampleError, parse_raw, scan_shard  # noqa: E402
-from vlmdata.manifest import (ManifestError, check_manifest, expand_key_runs, key_runs, load_manifest,  # noqa: E402
-                              shard_keys)
-from vlmdata.schema import (BadJSON, ImageInfo, Sample, check_meta, conversation_problem, dumps, loads,  # noqa: E402
-                            user_assistant)
-from vlmdata.tario import BLOCK, END_BYTES, BadHeader, TarReadError, TarWriter, iter_raw_samples, member_size, \
-    parse_header  # noqa: E402
+from vlmdata.dataset.manifest import ManifestError, check_manifest, expand_key_runs, key_runs, load_manifest, shard_keys
+from vlmdata.dataset.reader import BadSampleError, parse_raw, scan_shard  # noqa: E402
+from vlmdata.dataset.schema import (
+    BadJSON,
+    ImageInfo,
+    Sample,
+    check_meta,
+    conversation_problem,
+    dumps,
+    loads,
+    user_assistant,
+)
+from vlmdata.dataset.tar import (  # noqa: E402
+    BLOCK,
+    END_BYTES,
+    BadHeader,
+    TarReadError,
+    TarWriter,
+    iter_raw_samples,
+    member_size,
+    parse_header,
+)
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlmdata.qwen import (
+from vlmdata.qwen.spec import (
     BRIDGE_MAX_PIXELS,
     BRIDGE_MIN_PIXELS,
     QWEN2_VL_CHAT_TEMPLATE,
@@ -122,7 +122,7 @@ def test_tokenizer_rejects_non_tokenizer_dir(tmp_path):
 
 @pytest.mark.parametrize("model", list(SPECS))
 def test_processor_matches_token_formula(model, tokenizer):
-    from vlmdata.qwen import build_qwen_processor
+    from vlmdata.qwen.spec import build_qwen_processor
 
     proc = build_qwen_processor(model, tokenizer=tokenizer)
     spec = get_spec(model)
@@ -151,7 +151,7 @@ def test_chat_template_choice(tokenizer):
 
 
 def test_torchvision_backend():
-    from vlmdata.qwen import build_image_processor
+    from vlmdata.qwen.spec import build_image_processor
 
     if importlib.util.find_spec("torchvision") is None:
         with pytest.raises(RuntimeError, match="torchvision"):

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 
 BLOCKS = re.findall(r"```python\n(.*?)```", open(os.path.join(REPO, "README.md")).read(), re.S)

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from vlmdata.engines import LocalEngine, get_engine
+from vlmdata.build.engines import LocalEngine, get_engine
 
 
 def _square(x):
@@ -22,7 +22,7 @@ def test_cli_without_ray_says_how_to_install(llava_source, tmp_path):
     import os
 
     code = ("import sys; sys.modules['ray'] = None\n"
-            "from vlmdata.cli import main; sys.exit(main(sys.argv[1:]))")
+            "from vlmdata.cli.main import main; sys.exit(main(sys.argv[1:]))")
     r = subprocess.run([sys.executable, "-c", code, "build", llava_source, "-o", str(tmp_path / "o"), "--engine", "ray"],
                        capture_output=True, text=True)
     assert r.returncode == 2

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from vlmdata.tario import iter_shard
+from vlmdata.dataset.tar import iter_shard
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARDS = os.path.join(REPO, "sample_shards")

@@ -3,7 +3,6 @@
 import filecmp
 import functools
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -12,8 +11,8 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'vlmdata[ray]'); the Ray engine is untested")
 
-from vlmdata.build import BuildOptions, Planner, _write_local, build, run_build_pipeline  # noqa: E402
-from vlmdata.engines.ray_engine import RayEngine  # noqa: E402
+from vlmdata.build.builder import BuildOptions, Planner, _write_local, build, run_build_pipeline  # noqa: E402
+from vlmdata.build.engines.ray_engine import RayEngine  # noqa: E402
 from vlmdata.sources import open_source  # noqa: E402
 
 
@@ -45,7 +44,7 @@ def test_ray_matches_local_bytes_and_manifest(llava_source, tmp_path, ray_2cpu):
 
 
 def test_synth_on_ray_matches_inline(tmp_path, ray_2cpu):
-    from vlmdata.cli import main
+    from vlmdata.cli.main import main
 
     a, b = str(tmp_path / "inline"), str(tmp_path / "ray")
     assert main(["synth", "--mock", "bridge-noise", "-n", "24", "-o", a, "--max-count", "5", "-q"]) == 0
@@ -83,7 +82,7 @@ def test_failed_tasks_are_retried(llava_source, tmp_path, ray_2cpu):
 
 KILL_MIDWAY = """
 import os, signal, sys
-from vlmdata.build import build, BuildOptions
+from vlmdata.build.builder import build, BuildOptions
 n = [0]
 def progress(k):
     n[0] += k
@@ -106,7 +105,7 @@ def test_interrupted_ray_build_resumes_with_other_worker_counts(llava_source, tm
                         start_new_session=True)
     assert mr.returncode == 0, mr.stderr
     same_shards(clean, broken)
-    from vlmdata.manifest import load_manifest
+    from vlmdata.dataset.manifest import load_manifest
 
     m = load_manifest(broken)
     mc["options"].pop("workers"), m["options"].pop("workers")

@@ -16,10 +16,11 @@ pytest.importorskip("s3fs", reason="s3 tests need s3fs (pip install 'vlmdata[s3]
 moto_server = pytest.importorskip("moto.server", reason="s3 tests need moto[server] (pip install 'vlmdata[test]')")
 
 from conftest import jpeg_bytes, png_bytes  # noqa: E402
+
 from vlmdata import storage  # noqa: E402
-from vlmdata.build import STATE_DIR, BuildOptions, build  # noqa: E402
-from vlmdata.manifest import load_manifest  # noqa: E402
-from vlmdata.validate import validate  # noqa: E402
+from vlmdata.build.builder import STATE_DIR, BuildOptions, build  # noqa: E402
+from vlmdata.dataset.manifest import load_manifest  # noqa: E402
+from vlmdata.dataset.validate import validate  # noqa: E402
 
 KEY_ID, SECRET = "AKIAVLMDATATESTKEY01", "vlmdata-test-secret-5up3r-s3cr3t"
 
@@ -120,7 +121,7 @@ def test_build_from_s3_sources_matches_local(s3, tmp_path, photos, llava_source)
 KILL_UPLOAD = """
 import os, signal, sys
 import vlmdata.storage as st
-from vlmdata.build import build, BuildOptions
+from vlmdata.build.builder import build, BuildOptions
 orig, n = st.put, [0]
 def put_then_die(local, url):
     if url.endswith("shard-000002.tar"):  # the third shard is written locally, its upload never completes
@@ -213,7 +214,7 @@ def _deterministic(profile):
 
 
 def test_profile_on_s3_equals_profile_of_local_copy(s3_sample_shards, tmp_path):
-    from vlmdata.profile import ProfileOptions, profile_dataset
+    from vlmdata.profile.measure import ProfileOptions, profile_dataset
 
     url, _, env = s3_sample_shards
     opts = ProfileOptions(decode_images=2, cap=50)
@@ -239,7 +240,7 @@ def test_loader_batches_from_s3_equal_local(s3_sample_shards):
     import torch
 
     from vlmdata.loaders.api import make_loader
-    from vlmdata.qwen import load_qwen_tokenizer
+    from vlmdata.qwen.spec import load_qwen_tokenizer
 
     url, _, _ = s3_sample_shards
     tok = load_qwen_tokenizer()

@@ -9,16 +9,16 @@ import os
 import numpy as np
 import pytest
 from PIL import Image
-
 from test_profile import small_profile, small_source, tok  # noqa: F401  (shared fixtures)
-from vlmdata.cli import main as cli
-from vlmdata.manifest import load_manifest, shard_paths
-from vlmdata.profile import load_profile, sample_rows
-from vlmdata.synthetic.jpeg import jpeg_info
+
+from vlmdata.cli.main import main as cli
+from vlmdata.dataset.images import jpeg_info
+from vlmdata.dataset.manifest import load_manifest, shard_paths
+from vlmdata.dataset.tar import iter_shard
+from vlmdata.profile.measure import load_profile, sample_rows
 from vlmdata.synthetic.mocks import BRIDGE_VOCABULARY
 from vlmdata.synthetic.source import MockSource, SyntheticSource
 from vlmdata.synthetic.text import TextMaker
-from vlmdata.tario import iter_shard
 
 BRIDGE_SRC = "/tmp/mb/src/megatron/bridge/data/builders/mock_vlm_sft.py"
 

@@ -1,16 +1,56 @@
 """vlmdata: real, synthetic and mock multimodal payloads for honest VLM throughput benchmarks.
 
-The Python API mirrors the CLI: ``vlmdata.build.build``, ``vlmdata.validate.validate``,
-``vlmdata.inspect_dataset.summarize``; ``vlmdata.sample_data_path()`` is the folder of the small real
-dataset that ships with the package (what ``vlmdata audit`` measures by default).
+The public API mirrors the CLI and is re-exported here (``from vlmdata import build, make_loader``):
+``build`` / ``BuildOptions`` (vlmdata build), ``validate`` (vlmdata validate), ``profile_dataset``
+(vlmdata profile), ``make_loader`` / ``LoaderOptions`` (Bridge-ready batches), ``load_hf`` (Hugging Face
+datasets), ``VlmdataError`` (the base of every error vlmdata raises for a user's input);
+``sample_data_path()`` is the folder of the small real dataset that ships with the package (what
+``vlmdata audit`` measures by default).
 
-This module stays light (no third-party import): the CLI imports it for ``--version``.
+The package's layout is its data flow (docs/architecture.md): ``qwen`` -> ``storage`` -> ``dataset`` ->
+``sources`` | ``interop`` -> ``build`` | ``profile`` -> ``synthetic`` -> ``loaders`` -> ``audit`` |
+``baselines`` | ``benchmarks`` -> ``cli``; imports point down only (tests/test_architecture.py).
+
+This module stays light (no third-party import): the CLI imports it for ``--version``; the re-exports
+are resolved on first use (PEP 562 ``__getattr__``).
 """
 
 import os
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "sample_data_path"]
+__all__ = [
+    "BuildOptions",
+    "LoaderOptions",
+    "VlmdataError",
+    "__version__",
+    "build",
+    "load_hf",
+    "make_loader",
+    "profile_dataset",
+    "sample_data_path",
+    "validate",
+]
+
+# public name -> module that defines it (imported on first use: torch/transformers stay out of --help)
+_EXPORTS = {
+    "build": "vlmdata.build.builder",
+    "BuildOptions": "vlmdata.build.builder",
+    "validate": "vlmdata.dataset.validate",
+    "profile_dataset": "vlmdata.profile.measure",
+    "make_loader": "vlmdata.loaders.api",
+    "LoaderOptions": "vlmdata.loaders.options",
+    "load_hf": "vlmdata.interop.hf",
+    "VlmdataError": "vlmdata.errors",
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vlmdata' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 _SAMPLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sample_shards")
 

@@ -1,30 +1,7 @@
-"""The Energon dataset class that ``dataset.yaml`` of a vlmdata dataset names.
+"""The module path that ``.nv-meta/dataset.yaml`` of every vlmdata dataset names (``__module__:
+vlmdata.energon_sample``): kept so that datasets built before and after the layout change load alike.
+The class lives in ``vlmdata.interop.energon``."""
 
-Where Megatron Bridge is installed this *is* Bridge's ``ChatMLWebdataset`` (so its Qwen-VL task
-encoder gets its own ``ChatMLSample``); elsewhere an equivalent with the same sample fields, so
-``megatron.energon.get_train_dataset`` works without Bridge.
-"""
+from vlmdata.interop.energon import ChatMLSample, ChatMLWebdataset
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
-
-try:  # pragma: no cover - exercised only where Megatron Bridge is installed
-    from megatron.bridge.data.energon.task_encoder_utils import ChatMLSample, ChatMLWebdataset  # noqa: F401
-except Exception:  # Bridge absent (or not importable on this machine)
-    import torch
-    from megatron.energon import DefaultDecoderWebdatasetFactory, Sample
-
-    @dataclass
-    class ChatMLSample(Sample):
-        """Same fields as Megatron Bridge's ChatMLSample."""
-
-        conversation: str  # JSON string of the conversation (role/content messages)
-        imgs: Optional[List[torch.Tensor]] = None
-        videos: Optional[List[List[torch.Tensor]]] = None
-        audio: Optional[torch.Tensor] = None
-        tools: Optional[List[Dict[str, Any]]] = None
-
-    class ChatMLWebdataset(DefaultDecoderWebdatasetFactory[ChatMLSample]):
-        __sample_type__ = ChatMLSample
+__all__ = ["ChatMLSample", "ChatMLWebdataset"]

@@ -42,11 +42,13 @@ import shutil
 import stat
 from urllib.parse import urlsplit, urlunsplit
 
+from vlmdata.errors import VlmdataError
+
 OBJECT_STORES = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl"}
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 
 
-class StorageError(Exception):
+class StorageError(VlmdataError):
     """A remote filesystem could not be used (backend not installed, bad URL)."""
 
 

@@ -148,7 +148,6 @@ def test_contract_dataset_api(stub):
 
 def test_contract_mock_examples(stub):
     import numpy as np
-
     from megatron.bridge.data.builders import mock_vlm_sft as m
 
     assert len(m._MOCK_RESPONSE_VOCABULARY) == 110 == len(set(m._MOCK_RESPONSE_VOCABULARY))
@@ -185,7 +184,6 @@ def test_contract_process_vision_info_resizes(stub):
 
 def test_contract_collate_output(stub, qwen3_processor):
     import torch
-
     from megatron.bridge.data.builders.mock_vlm_sft import MockVLMSFTDatasetConfig, make_mock_vlm_examples
     from megatron.bridge.models.qwen_vl.data.collate_fn import qwen2_5_collate_fn
     from megatron.bridge.training.utils.visual_inputs import GenericVisualInputs
@@ -244,12 +242,11 @@ def test_contract_energon_recipe(stub, qwen3_processor, tmp_path):
     gives for the same conversation with PIL images decoded from the same bytes."""
     import numpy as np
     import torch
+    from megatron.bridge.models.qwen_vl.data.collate_fn import qwen2_5_collate_fn
+    from megatron.bridge.models.qwen_vl.data.energon import QwenVLTaskEncoder
     from megatron.energon import WorkerConfig, get_loader, get_train_dataset
     from megatron.energon.flavors import BaseWebdatasetFactory
     from PIL import Image
-
-    from megatron.bridge.models.qwen_vl.data.collate_fn import qwen2_5_collate_fn
-    from megatron.bridge.models.qwen_vl.data.energon import QwenVLTaskEncoder
 
     def picture(h, w, seed):
         y, x = np.mgrid[0:h, 0:w]

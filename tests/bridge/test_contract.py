@@ -10,7 +10,7 @@ text-only multi-turn conversation) go through
 (a) vlmdata (``process_samples`` and the whole ``make_loader`` pipeline, ``resize="bridge"``,
     ``exact_images=True``) and Bridge's ``qwen2_5_collate_fn`` with examples built as Bridge's HF path
     builds them (``{"type": "image", "image": PIL}`` parts), the same real offline processor
-    (``vlmdata.qwen.build_qwen_processor``, Qwen3-VL and Qwen2.5-VL), padded to a multiple of 128, to
+    (``vlmdata.qwen.spec.build_qwen_processor``, Qwen3-VL and Qwen2.5-VL), padded to a multiple of 128, to
     ``seq_length`` and packed in the batch: every tensor must be equal, pixel values bit for bit;
 (b) Bridge's Energon path (``EnergonMultiModalDataModule`` -> ``megatron.energon.get_train_dataset`` +
     ``QwenVLTaskEncoder``, train *and* val split) on sample_shards and on datasets freshly built by
@@ -83,8 +83,8 @@ def stub():
 
 @pytest.fixture(scope="module")
 def all_samples(stub):
-    from vlmdata.loaders.pipeline import parse_raw
-    from vlmdata.tario import iter_shard
+    from vlmdata.dataset.reader import parse_raw
+    from vlmdata.dataset.tar import iter_shard
 
     out = {}
     for name in sorted(os.listdir(SHARDS)):
@@ -103,7 +103,7 @@ def samples(all_samples):
     """single JPEG (RGB and greyscale), multi-image, the PNG page, and a text-only conversation."""
     from PIL import Image
 
-    from vlmdata.schema import Sample
+    from vlmdata.dataset.schema import Sample
 
     def mode(im):
         return Image.open(io.BytesIO(im)).mode
@@ -121,7 +121,7 @@ def samples(all_samples):
 
 @pytest.fixture(scope="module", params=MODELS)
 def model_proc(request, stub):
-    from vlmdata.qwen import build_qwen_processor, get_spec
+    from vlmdata.qwen.spec import build_qwen_processor, get_spec
 
     proc = build_qwen_processor(request.param)
     assert type(proc).__name__ == get_spec(request.param).processor_class
@@ -207,14 +207,14 @@ def assert_same_batch(a, b, keys=SEQ_KEYS, where=""):
 def test_processor_chat_template_on_tokenizer(model_proc):
     """build_qwen_processor: Bridge's conversation-turn loss mask renders with the tokenizer's template;
     with the text-only template it raised jinja2 UndefinedError on image parts."""
-    from vlmdata.qwen import load_qwen_tokenizer
+    from vlmdata.qwen.spec import load_qwen_tokenizer
 
     model, proc = model_proc
     conv = [{"role": "user", "content": [{"type": "image", "image": "x"}, {"type": "text", "text": "Hi"}]}]
     assert "<|vision_start|><|image_pad|><|vision_end|>" in proc.tokenizer.apply_chat_template(conv, tokenize=False)
     tok = load_qwen_tokenizer()
     before = tok.chat_template
-    from vlmdata.qwen import build_qwen_processor
+    from vlmdata.qwen.spec import build_qwen_processor
 
     p2 = build_qwen_processor(model, tokenizer=tok)
     assert tok.chat_template == before, "a tokenizer passed in must not be modified"
@@ -332,7 +332,7 @@ def built(stub, tmp_path_factory):
 def _encoder(model, proc):
     from megatron.bridge.models.qwen_vl.data.energon import QwenVLTaskEncoder
 
-    from vlmdata.qwen import get_spec
+    from vlmdata.qwen.spec import get_spec
 
     return QwenVLTaskEncoder(tokenizer=proc.tokenizer, image_processor=proc, patch_size=get_spec(model).patch_size,
                              max_padding_length=4096)
@@ -388,10 +388,10 @@ def test_energon_sample_shards_equal_vlmdata(model_proc, all_samples):
 def test_energon_fresh_build_equals_vlmdata(stub, built, target):
     """A dataset freshly written by `vlmdata build` (both Energon targets): every sample of an epoch,
     including the text-only one, the greyscale JPEG and the PNG, through Bridge's Energon path."""
+    from vlmdata.dataset.reader import parse_raw
+    from vlmdata.dataset.tar import iter_shard
     from vlmdata.loaders.api import resolve_shards
-    from vlmdata.loaders.pipeline import parse_raw
-    from vlmdata.qwen import build_qwen_processor
-    from vlmdata.tario import iter_shard
+    from vlmdata.qwen.spec import build_qwen_processor
 
     path = built[target]
     with open(os.path.join(path, ".nv-meta", "dataset.yaml")) as f:
@@ -469,7 +469,7 @@ def test_provider_single_batches_equal_bridge_collate(stub, on_cpu, model, all_s
     from megatron.bridge.data.samplers import build_pretraining_data_loader
     from megatron.bridge.training.utils.visual_inputs import GenericVisualInputs
 
-    from vlmdata.qwen import build_qwen_processor
+    from vlmdata.qwen.spec import build_qwen_processor
 
     provider = _provider(model, "single")
     train, valid, test = _build(provider)

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from .model import PAD_TOKEN_ID
+from vlmdata.audit.model import PAD_TOKEN_ID
 
 
 def _as_tensor(x) -> torch.Tensor | None:

@@ -24,10 +24,13 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-SOURCES = ("imagefree", "bridge-noise", "synthetic", "real")  # the default set, in the default order
-ALL_SOURCES = ("imagefree", "imagefree-fixed", "bridge-noise", "synthetic", "real")
-MOCKS = ("imagefree", "imagefree-fixed", "bridge-noise")  # the sources whose figure the verdict judges
-REAL = "real"
+from vlmdata.errors import VlmdataError
+from vlmdata.synthetic.mocks import BRIDGE_NOISE, IMAGEFREE, IMAGEFREE_FIXED
+
+REAL, SYNTHETIC = "real", "synthetic"
+SOURCES = (IMAGEFREE, BRIDGE_NOISE, SYNTHETIC, REAL)  # the default set, in the default order
+ALL_SOURCES = (IMAGEFREE, IMAGEFREE_FIXED, BRIDGE_NOISE, SYNTHETIC, REAL)
+MOCKS = (IMAGEFREE, IMAGEFREE_FIXED, BRIDGE_NOISE)  # the sources whose figure the verdict judges
 DEFINITIONS = {
     "real": "the real shards, decoded and preprocessed as Megatron Bridge's Qwen-VL collate does",
     "synthetic": "paired: each real sample's synthetic twin (same images per sample, image sizes, formats, JPEG "
@@ -44,7 +47,7 @@ DEFINITIONS = {
 }
 
 
-class AuditError(Exception):
+class AuditError(VlmdataError):
     """The audit cannot run as asked (bad source, loader option, workload, sequence length): one line for
     the user. Messages name library parameters (``seq_length``); the CLI maps them to its flags."""
 
@@ -72,7 +75,7 @@ def check_sources(sources: tuple[str, ...]) -> None:
 
 def real_shards(real: str) -> list[str]:
     """The real dataset's shard paths in loader order (AuditError when there are none)."""
-    from ..loaders.api import resolve_shards  # heavy imports stay out of the CLI's start-up
+    from vlmdata.loaders.api import resolve_shards  # heavy imports stay out of the CLI's start-up
 
     try:
         return resolve_shards(real)
@@ -83,7 +86,7 @@ def real_shards(real: str) -> list[str]:
 
 def _build_hint(path: str) -> str | None:
     """What to do when ``path`` is a build source (image folder, LLaVA/messages JSON, HF dataset), not shards."""
-    from ..sources import SourceError, detect_format  # only on this error path
+    from vlmdata.sources import SourceError, detect_format  # only on this error path
 
     if not os.path.exists(path):
         return None
@@ -119,7 +122,7 @@ def prepare_input(name: str, shards: list[str], *, profile: str | None = None, s
         work = work_dir or tempfile.mkdtemp(prefix="vlmdata-audit-")
         if profile:
             return Input(name, _profile_shards(profile, seed, work), {}, False, DEFINITIONS["synthetic-profile"])
-        from ..synthetic.twin import write_twin  # heavy imports stay out of the CLI's start-up
+        from vlmdata.synthetic.twin import write_twin  # heavy imports stay out of the CLI's start-up
 
         path = os.path.join(work, "synthetic-twin")
         write_twin(shards, path, seed=seed, model=model, only_keys=twin_keys)
@@ -129,9 +132,9 @@ def prepare_input(name: str, shards: list[str], *, profile: str | None = None, s
 
 def _profile_shards(profile: str, seed: int, work: str) -> str:
     """The profile's synthetic samples (one per stored row) written as shards, like ``vlmdata synth``."""
-    from ..build import write_dataset
-    from ..profile import ProfileError, load_profile
-    from ..synthetic.source import SyntheticSource
+    from vlmdata.build.builder import write_dataset
+    from vlmdata.profile.measure import ProfileError, load_profile
+    from vlmdata.synthetic.source import SyntheticSource
 
     if not os.path.isfile(profile):
         raise AuditError(f"profile {profile!r} does not exist")

@@ -57,8 +57,9 @@ import re
 
 import numpy as np
 
-from .metrics import summarize
-from .verdict import DEFAULT_THRESHOLD, GAP_METRICS, METRIC_LABELS, decide, verdict_line
+from vlmdata.audit.metrics import summarize
+from vlmdata.audit.verdict import DEFAULT_THRESHOLD, GAP_METRICS, METRIC_LABELS, decide, verdict_line
+from vlmdata.errors import VlmdataError
 
 ITER_RE = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$")
 STEP_TIME_RE = re.compile(
@@ -86,7 +87,7 @@ IMAGE_KEYS = ("vision_model_type", "language_model_type", "use_tiling", "max_num
 VL_CLASS_RE = re.compile(r"(?i)(\bvl\b|[a-z0-9_]vl(?:moe)?(?:model)?provider|_vl\b|\d_?vl|vision|llava|multimodal|vlm)")
 
 
-class LogError(Exception):
+class LogError(VlmdataError):
     """A log cannot be used (missing file, no iteration lines): one line for the user."""
 
 

@@ -14,10 +14,11 @@ import io
 import json
 import os
 
-from .distributed import merge_ranks, stragglers as find_stragglers
-from .logs import report_content
-from .metrics import STAGE_ORDER, TOKEN_DEFINITIONS, rate_ci, summarize
-from .verdict import GAP_METRICS, METRIC_LABELS, decide
+from vlmdata.audit.distributed import merge_ranks
+from vlmdata.audit.distributed import stragglers as find_stragglers
+from vlmdata.audit.logs import report_content
+from vlmdata.audit.metrics import STAGE_ORDER, TOKEN_DEFINITIONS, rate_ci, summarize
+from vlmdata.audit.verdict import GAP_METRICS, METRIC_LABELS, decide
 
 SCHEMA = "vlmdata.audit/2"
 RATE_COLUMNS = [("samples_per_s", "samples/s"), ("images_per_s", "images/s"), ("nonpad_tokens_per_s", "non-pad tok/s"),

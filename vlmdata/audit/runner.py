@@ -45,17 +45,19 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from .distributed import agree_max, agree_min
-from .inputs import MOCKS, REAL, SOURCES, AuditError, Input, check_sources, prepare_input, real_shards
-from .verdict import DEFAULT_THRESHOLD, PROXY_TOLERANCE, settled
-from .workloads import ReferenceWorkload, UserWorkload, batch_shape, materialize
+from vlmdata.audit.distributed import agree_max, agree_min
+from vlmdata.audit.inputs import MOCKS, REAL, SOURCES, AuditError, Input, check_sources, prepare_input, real_shards
+from vlmdata.audit.verdict import DEFAULT_THRESHOLD, PROXY_TOLERANCE, settled
+from vlmdata.audit.workloads import ReferenceWorkload, UserWorkload, batch_shape, materialize
+from vlmdata.errors import OptionsError
+from vlmdata.loaders.options import LoaderOptions
 
 __all__ = ["AuditConfig", "AuditError", "run_audit", "SOURCES", "MOCKS"]
 
 
 def default_real() -> str:
     """The embedded sample dataset (real photographs; see its README), in a checkout or an installed wheel."""
-    from .. import sample_data_path
+    from vlmdata import sample_data_path
 
     try:
         return sample_data_path()
@@ -126,26 +128,34 @@ def default_workers(device: str, n_sources: int, world_size: int = 1) -> int:
 
 def default_loader_factory() -> Callable:
     """``vlmdata.loaders.make_loader``: every source goes through it."""
-    from ..loaders.api import make_loader  # heavy imports stay out of the CLI's start-up
+    from vlmdata.loaders.api import make_loader  # heavy imports stay out of the CLI's start-up
 
     return make_loader
 
 
 # ----------------------------------------------------------------------------- helpers
 
-def _open(factory: Callable, inp: Input, cfg: AuditConfig, workers: int, images: str | None = None):
-    opts = {"model": cfg.model_family, "seq_length": cfg.seq_length, "micro_batch_size": cfg.micro_batch_size,
-            "seed": cfg.seed, "num_workers": workers, "num_epochs": None,
-            **({"pin_memory": True} if torch.device(cfg.device).type == "cuda" and workers > 0 else {}),
-            **cfg.loader_options, **inp.options}
-    if images is not None and opts.get("images", "decode") == "decode":  # "drop" stays "drop"
-        opts["images"] = images
-    if opts.get("images", "decode") != "decode":  # planning and image-free loaders decode nothing anywhere
-        opts.pop("image_device", None)
+def loader_options(cfg: AuditConfig, inp: Input, workers: int, images: str | None = None) -> LoaderOptions:
+    """The ``LoaderOptions`` one source is opened with: the audit's settings, then ``cfg.loader_options``
+    (the user's), then the source's own (e.g. the image-free view's ``images="drop"``)."""
     try:
-        return factory(inp.source, **opts), opts
-    except TypeError as e:
-        raise AuditError(f"loader option not accepted: {e}") from None
+        opts = LoaderOptions(model=cfg.model_family, seq_length=cfg.seq_length, micro_batch_size=cfg.micro_batch_size,
+                             seed=cfg.seed, num_workers=workers, num_epochs=None,
+                             pin_memory=torch.device(cfg.device).type == "cuda" and workers > 0
+                             ).replace(**cfg.loader_options).replace(**inp.options)
+        if images is not None and opts.images == "decode":  # "drop" stays "drop"
+            opts = opts.replace(images=images)
+        if opts.images != "decode":  # planning and image-free loaders decode nothing anywhere
+            opts = opts.replace(image_device=None)
+    except OptionsError as e:
+        raise AuditError(f"source {inp.name}: {e}") from None
+    return opts
+
+
+def _open(factory: Callable, inp: Input, cfg: AuditConfig, workers: int, images: str | None = None):
+    opts = loader_options(cfg, inp, workers, images)
+    try:
+        return factory(inp.source, opts), opts.to_dict()
     except (ValueError, OSError) as e:
         raise AuditError(f"cannot open source {inp.name}: {e}") from None
 
@@ -209,7 +219,7 @@ def environment(device: str) -> dict:
     import numpy
     import transformers
 
-    from .. import __version__
+    from vlmdata import __version__
 
     dev = torch.device(device)
     env = {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__,

@@ -43,13 +43,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .model import VIDEO_TOKEN_ID
+from vlmdata.audit.model import VIDEO_TOKEN_ID
+from vlmdata.errors import VlmdataError
 
 STAGES = ("prep", "h2d", "forward_other", "vision", "projector", "lm_forward", "lm_head_loss",
           "backward", "optimizer")
 
 
-class ImagePadMismatch(ValueError):
+class ImagePadMismatch(VlmdataError, ValueError):
     """``input_ids`` do not hold exactly t*h*w/4 ``<|image_pad|>`` tokens for each image."""
 
 
@@ -270,7 +271,7 @@ class TrainStep:
 
     def _forward_loss(self, batch: dict, pos) -> torch.Tensor:
         """h2d copies, the model forward and the masked loss (marks placed when timing is on)."""
-        model, dev = self.model, self.device
+        dev = self.device
         self.marks("start")
         vis = batch.get("visual_inputs")
         ids, labels, lmask = (_to(batch[k], dev) for k in ("input_ids", "labels", "loss_mask"))

@@ -19,10 +19,10 @@ from typing import Any, Callable
 
 import torch
 
-from .decisions import decide_configs, label
-from .inputs import AuditError
-from .runner import AuditConfig, run_audit
-from .workloads import PARALLEL, RECOMPUTE
+from vlmdata.audit.decisions import decide_configs, label
+from vlmdata.audit.inputs import AuditError
+from vlmdata.audit.runner import AuditConfig, run_audit
+from vlmdata.audit.workloads import PARALLEL, RECOMPUTE
 
 SWEEP_KEYS = ("micro_batch_size", "freeze_vision", "recompute", "parallel")
 

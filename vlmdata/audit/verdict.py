@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from .metrics import RATE_LABELS, ratio_ci
+from vlmdata.audit.metrics import RATE_LABELS, ratio_ci
 
 GAP_METRICS = ("samples_per_s", "tflops", "nonpad_tokens_per_s")  # headline order: what people report first
 METRIC_LABELS = {m: RATE_LABELS[m] for m in GAP_METRICS} | {"tflops": "TFLOP/s"}

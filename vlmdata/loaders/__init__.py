@@ -8,19 +8,19 @@ pack; ``VlmdataDatasetProvider`` (bridge, imports Bridge lazily) plugs into ``Co
 
 def __getattr__(name):  # lazy: importing vlmdata.loaders stays cheap (no torch/transformers)
     if name in ("make_loader", "VlmLoader", "process_samples"):
-        from . import api
+        from vlmdata.loaders import api
 
         return getattr(api, name)
     if name in ("ChatTokenizer",):
-        from .tokenize import ChatTokenizer
+        from vlmdata.qwen.tokenize import ChatTokenizer
 
         return ChatTokenizer
     if name in ("VisualInputs", "Collator"):
-        from . import collate
+        from vlmdata.loaders import collate
 
         return getattr(collate, name)
     if name in ("BadSampleError",):
-        from .pipeline import BadSampleError
+        from vlmdata.dataset.reader import BadSampleError
 
         return BadSampleError
     raise AttributeError(name)

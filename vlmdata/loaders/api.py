@@ -19,17 +19,18 @@ from typing import Any, Iterator
 
 import torch
 
-from ..qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
-from ..schema import Sample
-from .collate import Collator, Processed
-from .pipeline import (BadSampleError, Consumed, EmptyEpochError, Plan, SampleRef, ShardReader, Stats, check_epoch,
-                       parse_raw, record_skip, scan_shard)
-from .tokenize import ChatTokenizer
-from .device_images import defer_image, finish_batch
-from .vision import preprocess_any, preprocess_shape
+from vlmdata.dataset.reader import BadSampleError, SampleRef, ShardReader, parse_raw, record_skip, scan_shard
+from vlmdata.dataset.schema import Sample
+from vlmdata.errors import OptionsError
+from vlmdata.loaders.collate import Collator, Processed
+from vlmdata.loaders.device_images import defer_image, finish_batch
+from vlmdata.loaders.options import IMAGE_MODES, LoaderOptions
+from vlmdata.loaders.pipeline import Consumed, Plan, Stats, check_epoch
+from vlmdata.synthetic.mocks import IMAGEFREE, IMAGEFREE_FIXED, MOCKS
+from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
+from vlmdata.qwen.tokenize import ChatTokenizer
+from vlmdata.qwen.vision import preprocess_any, preprocess_shape
 
-MOCK_NAMES = ("imagefree", "bridge-noise")
-IMAGE_MODES = ("decode", "shapes", "drop")  # make_loader ``images``
 PROCESSOR_MODES = (*IMAGE_MODES, "device")  # + "device": decode left to the training device (image_device)
 
 
@@ -38,14 +39,14 @@ PROCESSOR_MODES = (*IMAGE_MODES, "device")  # + "device": decode left to the tra
 def resolve_shards(source: str) -> list[str]:
     """A dataset dir (manifest.json order, else sorted *.tar), a glob pattern, or one .tar path; local
     paths or fsspec URLs (``s3://bucket/prefix``: shards are then read through ``vlmdata.storage``)."""
-    from .. import storage
+    from vlmdata import storage
 
     source = storage.local(source)
     if storage.is_url(source):
         return _resolve_remote_shards(source)
     if os.path.isdir(source):
         if os.path.exists(os.path.join(source, "manifest.json")):
-            from ..manifest import load_manifest, shard_paths
+            from vlmdata.dataset.manifest import load_manifest, shard_paths
 
             return shard_paths(source, load_manifest(source))
         paths = sorted(glob.glob(os.path.join(source, "*.tar")))
@@ -59,7 +60,7 @@ def resolve_shards(source: str) -> list[str]:
 
 
 def _resolve_remote_shards(source: str) -> list[str]:
-    from .. import storage
+    from vlmdata import storage
 
     if any(c in source.split("://", 1)[1] for c in "*?["):
         fs, inner = storage.fs_and_path(source, fresh=True)
@@ -67,7 +68,7 @@ def _resolve_remote_shards(source: str) -> list[str]:
     elif source.endswith(".tar"):
         paths = [source] if storage.isfile(source) else []
     elif storage.exists(storage.join(source, "manifest.json")):
-        from ..manifest import load_manifest, shard_paths
+        from vlmdata.dataset.manifest import load_manifest, shard_paths
 
         paths = shard_paths(source, load_manifest(source))
     else:
@@ -84,13 +85,12 @@ def open_source(source, seed: int):
     if isinstance(source, (list, tuple)):
         return "shards", [os.fspath(p) for p in source]
     source = os.fspath(source)
-    if source in MOCK_NAMES or source == "imagefree-fixed":
-        from ..synthetic.source import MockSource
+    if source in MOCKS or source == IMAGEFREE_FIXED:
+        from vlmdata.synthetic.source import MockSource
 
-        # "imagefree-fixed": the fixed-length text-only mock (16-token prompt, 256-token answer)
-        return "source", MockSource("imagefree" if source == "imagefree-fixed" else source, seed)
+        return "source", MockSource(IMAGEFREE if source == IMAGEFREE_FIXED else source, seed)
     if source.endswith(".json") and os.path.isfile(source):
-        from ..synthetic.source import SyntheticSource
+        from vlmdata.synthetic.source import SyntheticSource
 
         return "source", SyntheticSource(source, seed)
     return "shards", resolve_shards(source)
@@ -277,6 +277,7 @@ class VlmLoader:
     def __init__(self, stream: _Stream, num_workers: int, num_epochs: int | None, prefetch_factor: int = 2,
                  pin_memory: bool = False, image_device: str | None = None):
         self.stream = stream
+        self.options: LoaderOptions | None = None  # set by make_loader
         self.image_device = image_device  # finish each batch's images there (device_images)
         self.num_workers = num_workers
         self.num_epochs = num_epochs
@@ -390,64 +391,53 @@ def _dist_rank_world() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
-def make_loader(source: Any, model: str = "qwen3-vl", tokenizer=None, seq_length: int | None = 4096,
-                micro_batch_size: int = 1, pad_to_max_length: bool = False, pad_to_multiple_of: int = 128,
-                packing: bool = False, packing_pad_to_multiple_of: int = 1, num_workers: int = 0, seed: int = 0,
-                rank: int | None = None, world_size: int | None = None, shuffle: bool = True,
-                shuffle_buffer: int = 256, min_pixels: int = BRIDGE_MIN_PIXELS, max_pixels: int = BRIDGE_MAX_PIXELS,
-                on_error: str = "skip", num_epochs: int | None = 1, epoch_samples: int = 10_000,
-                resize: str = "bridge", exact_images: bool = False, chat_template: str | None = None,
-                bridge_visual_inputs: bool = False, drop_last: bool = False, pin_memory: bool = False,
-                prefetch_factor: int = 2, images: str = "decode", image_device: str | None = None) -> VlmLoader:
+def make_loader(source: Any, options: LoaderOptions | None = None, *, tokenizer=None, **changes: Any) -> VlmLoader:
     """A loader of Megatron Bridge Qwen-VL batches.
 
-    source: a shard dir / glob / .tar list, a synthetic profile .json, "imagefree" / "bridge-noise", or
-        any object with ``get(i) -> Sample``. Synthetic and mock sources have ``epoch_samples`` per epoch.
-    model: "qwen2-vl" | "qwen2.5-vl" | "qwen3-vl" (patch 14/14/16; MoE variants use the same processor).
-    tokenizer: a HF Qwen tokenizer (default: ``vlmdata.qwen.load_qwen_tokenizer()``, offline).
-    seq_length, pad_to_max_length, pad_to_multiple_of, packing, packing_pad_to_multiple_of: as Bridge's
-        ``qwen2_5_collate_fn`` (sequence_length, pad_to_max_length, pad_to_multiple_of,
-        enable_in_batch_packing, in_batch_packing_pad_to_multiple_of).
-    rank, world_size: default torch.distributed's (else RANK / WORLD_SIZE env, else 0 / 1); pass the
-        data-parallel rank and size when TP/PP/CP ranks exist.
-    resize: "bridge" (qwen-vl-utils pre-resize + HF, Bridge's collate) or "hf"; exact_images: bit-exact
-        Pillow path instead of the fast one (see vlmdata.loaders.vision).
-    on_error: "skip" (count + log with shard and key; ``loader.stats``) or "raise".
-    images: "decode" (default), "shapes" (no decode: exact shapes and token ids, zero pixels; for planning
-        and warm-up: a row longer than seq_length is truncated without raising, ``loader.last_lengths`` gives
-        the untruncated lengths) or "drop" (the image-free view of the source: image parts removed, no image I/O).
-    image_device: e.g. "cuda": decode (nvJPEG, batched) and preprocess the images on that device in the
-        training process instead of in the workers (``vlmdata.loaders.device_images``; needs torchvision
-        there); only with images="decode". Pixel values then come on the device, within the fast path's
-        tolerance of Bridge's.
+    Args:
+        source: a dataset folder / glob / .tar list / URL, a synthetic profile .json, a mock name
+            ("imagefree", "bridge-noise"), or any object with ``get(i) -> Sample``. Synthetic and mock
+            sources have ``options.epoch_samples`` per epoch.
+        options: every setting (``LoaderOptions``; the defaults when None).
+        tokenizer: a HF Qwen tokenizer (default: ``vlmdata.qwen.spec.load_qwen_tokenizer()``, offline,
+            loaded once per process).
+        **changes: options given by name instead (``make_loader(path, micro_batch_size=2)``), applied to
+            ``options`` with ``LoaderOptions.replace`` (an unknown name raises ``OptionsError``).
+
+    Returns:
+        A ``VlmLoader``: iterate for batches; ``state_dict()`` / ``load_state_dict()`` resume exactly.
     """
-    if image_device is not None and images != "decode":
-        raise ValueError(f"image_device works with images='decode' only, got images={images!r}")
-    if on_error not in ("skip", "raise"):
-        raise ValueError(f"on_error must be 'skip' or 'raise', got {on_error!r}")
+    if options is not None and not isinstance(options, LoaderOptions):
+        raise OptionsError(f"`options` must be a LoaderOptions, got {type(options).__name__}")
+    o = (options or LoaderOptions()).replace(**changes)
+    rank, world_size = o.rank, o.world_size
     if rank is None or world_size is None:
         r, w = _dist_rank_world()
         rank = r if rank is None else rank
         world_size = w if world_size is None else world_size
     if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} outside world of {world_size}")
-    kind, payload = open_source(source, seed)
+        raise OptionsError(f"`rank` {rank} is outside a world of {world_size}")
+    kind, payload = open_source(source, o.seed)
     if kind == "shards":
-        plan = Plan("shards", refs_by_shard=[scan_shard(p, i) for i, p in enumerate(payload)], seed=seed,
-                    shuffle=shuffle, buffer=shuffle_buffer)
+        plan = Plan("shards", refs_by_shard=[scan_shard(p, i) for i, p in enumerate(payload)], seed=o.seed,
+                    shuffle=o.shuffle, buffer=o.shuffle_buffer)
     else:
-        plan = Plan("source", epoch_samples=epoch_samples, seed=seed, shuffle=shuffle, buffer=shuffle_buffer)
-    chat = ChatTokenizer(tokenizer, model, chat_template=chat_template)
-    spec = get_spec(model)
-    collator = Collator(pad_token_id=chat.pad_token_id, patch_dim=spec.patch_dim, seq_length=seq_length,
-                        pad_to_max_length=pad_to_max_length, pad_to_multiple_of=pad_to_multiple_of, packing=packing,
-                        packing_pad_to_multiple_of=packing_pad_to_multiple_of, bridge_visual_inputs=bridge_visual_inputs,
-                        strict=images != "shapes")  # planning batches never raise; ``last_lengths`` tells
-    processor = SampleProcessor(chat, model, min_pixels, max_pixels, resize, exact_images,
-                                "device" if image_device is not None else images)
-    stream = _Stream(kind, payload, plan, processor, collator, rank=rank, world=world_size, num_workers=num_workers,
-                     micro_batch_size=micro_batch_size, on_error=on_error, drop_last=drop_last)
-    return VlmLoader(stream, num_workers, num_epochs, prefetch_factor, pin_memory, image_device)
+        plan = Plan("source", epoch_samples=o.epoch_samples, seed=o.seed, shuffle=o.shuffle, buffer=o.shuffle_buffer)
+    chat = ChatTokenizer(tokenizer, o.model, chat_template=o.chat_template)
+    spec = get_spec(o.model)
+    collator = Collator(pad_token_id=chat.pad_token_id, patch_dim=spec.patch_dim, seq_length=o.seq_length,
+                        pad_to_max_length=o.pad_to_max_length, pad_to_multiple_of=o.pad_to_multiple_of,
+                        packing=o.packing, packing_pad_to_multiple_of=o.packing_pad_to_multiple_of,
+                        bridge_visual_inputs=o.bridge_visual_inputs,
+                        strict=o.images != "shapes")  # planning batches never raise; ``last_lengths`` tells
+    processor = SampleProcessor(chat, o.model, o.min_pixels, o.max_pixels, o.resize, o.exact_images,
+                                "device" if o.image_device is not None else o.images)
+    stream = _Stream(kind, payload, plan, processor, collator, rank=rank, world=world_size,
+                     num_workers=o.num_workers, micro_batch_size=o.micro_batch_size, on_error=o.on_error,
+                     drop_last=o.drop_last)
+    loader = VlmLoader(stream, o.num_workers, o.num_epochs, o.prefetch_factor, o.pin_memory, o.image_device)
+    loader.options = o
+    return loader
 
 
 def process_samples(samples: list[Sample], model: str = "qwen3-vl", tokenizer=None, **kw) -> dict:

@@ -22,7 +22,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from ..qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS
+from vlmdata.loaders.options import LoaderOptions
+from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS
 
 try:  # Bridge is optional
     from megatron.bridge.data.base import DatasetProvider as _Base  # type: ignore
@@ -51,10 +52,10 @@ except Exception:  # ImportError, or its CUDA-only deps failing at import
 class MapDataset:
     """Map-style view of a shard dataset (or a ``get(i)`` source) for Bridge's samplers."""
 
-    def __init__(self, loader_args: dict, length: int, seed: int):
-        from .api import SampleProcessor, make_loader  # noqa: F401  (build the same pieces make_loader does)
+    def __init__(self, source: str, options: LoaderOptions, tokenizer, length: int, seed: int):
+        from vlmdata.loaders.api import make_loader  # torch: imported when Bridge builds datasets, not at import
 
-        self._proto = make_loader(**{**loader_args, "num_workers": 0, "rank": 0, "world_size": 1})
+        self._proto = make_loader(source, options.replace(num_workers=0, rank=0, world_size=1), tokenizer=tokenizer)
         st = self._proto.stream
         self.kind, self.payload, self.processor = st.kind, st.payload, st.processor
         self.collate_fn = _BridgeCollate(st.collator)
@@ -62,7 +63,7 @@ class MapDataset:
         self.n = len(self.refs) if self.refs is not None else st.plan.epoch_samples
         self.length = max(length, self.n)
         self.seed = seed
-        self.on_error = loader_args.get("on_error", "skip")
+        self.on_error = options.on_error
         self.skipped: list[dict] = []
         self._perm: dict[int, list[int]] = {}
         self._reader = None
@@ -78,7 +79,7 @@ class MapDataset:
         return self._perm[epoch]
 
     def __getitem__(self, i: int):
-        from .pipeline import BadSampleError, ShardReader, record_skip
+        from vlmdata.dataset.reader import BadSampleError, ShardReader, record_skip
 
         epoch, j = divmod(int(i), self.n)
         order = self._order(epoch)
@@ -92,7 +93,7 @@ class MapDataset:
                 ref = self.refs[idx]
                 if ref.error is not None:
                     raise BadSampleError(ref.error[1], key=ref.key, reason=ref.error[0])
-                from .pipeline import parse_raw
+                from vlmdata.dataset.reader import parse_raw
 
                 return self.processor(parse_raw(self._reader.read(ref), ref.key))
             except BadSampleError as e:
@@ -131,15 +132,21 @@ class VlmdataDatasetProvider(_Base):
     on_error: str = "skip"
     micro_batch_size: int = 1  # used by "external" only; Bridge batches map-style datasets itself
     skip_getting_attention_mask_from_dataset: bool = True
-    loader_options: dict = field(default_factory=dict)
+    loader_options: LoaderOptions | dict = field(default_factory=dict)  # every other loader option
 
-    def _args(self, source: str) -> dict:
-        from ..qwen import load_qwen_tokenizer
+    def options(self) -> LoaderOptions:
+        """The ``LoaderOptions`` of this provider: ``loader_options`` with the fields Bridge owns (its names,
+        e.g. ``pack_sequences_in_batch``) applied on top."""
+        base = self.loader_options if isinstance(self.loader_options, LoaderOptions) else LoaderOptions().replace(
+            **self.loader_options)
+        return base.replace(model=self.model, seq_length=self.seq_length, pad_to_max_length=self.pad_to_max_length,
+                            packing=self.pack_sequences_in_batch, min_pixels=self.min_pixels,
+                            max_pixels=self.max_pixels, seed=self.seed, on_error=self.on_error)
 
-        return dict(source=source, model=self.model, tokenizer=load_qwen_tokenizer(self.tokenizer_path),
-                    seq_length=self.seq_length, pad_to_max_length=self.pad_to_max_length,
-                    packing=self.pack_sequences_in_batch, min_pixels=self.min_pixels, max_pixels=self.max_pixels,
-                    seed=self.seed, on_error=self.on_error, **self.loader_options)
+    def _tokenizer(self):
+        from vlmdata.qwen.spec import load_qwen_tokenizer  # transformers: only when Bridge builds datasets
+
+        return load_qwen_tokenizer(self.tokenizer_path)
 
     def build_datasets(self, context):
         if self.dataloader_type == "external":
@@ -150,16 +157,18 @@ class VlmdataDatasetProvider(_Base):
                 import torch
 
                 rank, world = torch.distributed.get_rank(dp), torch.distributed.get_world_size(dp)
-            from .api import make_loader
+            from vlmdata.loaders.api import make_loader
 
             def it(source):
-                return iter(make_loader(**self._args(source), micro_batch_size=self.micro_batch_size,
-                                        num_workers=self.num_workers, rank=rank, world_size=world,
-                                        num_epochs=None, bridge_visual_inputs=HAVE_BRIDGE))
+                opts = self.options().replace(micro_batch_size=self.micro_batch_size, num_workers=self.num_workers,
+                                              rank=rank, world_size=world, num_epochs=None,
+                                              bridge_visual_inputs=HAVE_BRIDGE)
+                return iter(make_loader(source, opts, tokenizer=self._tokenizer()))
             train = it(self.source)
             valid = it(self.valid_source) if self.valid_source and context.valid_samples else None
             return train, valid, None
-        train = MapDataset(self._args(self.source), context.train_samples, self.seed)
-        valid = (MapDataset(self._args(self.valid_source), context.valid_samples, self.seed + 1)
+        opts, tok = self.options(), self._tokenizer()
+        train = MapDataset(self.source, opts, tok, context.train_samples, self.seed)
+        valid = (MapDataset(self.valid_source, opts, tok, context.valid_samples, self.seed + 1)
                  if self.valid_source and context.valid_samples else None)
         return train, valid, None

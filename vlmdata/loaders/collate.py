@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 import torch
 
-from .tokenize import IGNORE_INDEX, TokenizedRow
+from vlmdata.qwen.tokenize import IGNORE_INDEX, TokenizedRow
 
 DEFERRED_KEY = "deferred_images"  # images left for the training device: see vlmdata.loaders.device_images
 

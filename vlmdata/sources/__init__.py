@@ -12,11 +12,11 @@ import os
 import stat
 from typing import Iterator
 
-from .. import storage
-from .base import SourceError, SourceItem
-from .folder import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, _walk, iter_folder, iter_folder_url
-from .hfdataset import is_hf_dir, iter_hf
-from .jsonrecords import iter_json_source, sniff
+from vlmdata import storage
+from vlmdata.sources.base import SourceError, SourceItem
+from vlmdata.sources.folder import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, _walk, iter_folder, iter_folder_url
+from vlmdata.sources.hfdataset import is_hf_dir, iter_hf
+from vlmdata.sources.jsonrecords import iter_json_source, sniff
 
 FORMATS = ("folder", "llava", "messages", "hf")
 DEFAULT_PROMPT = "Describe this image."

@@ -21,7 +21,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Union
 
-from .. import storage
+from vlmdata import storage
+from vlmdata.errors import VlmdataError
 
 ImageRef = Union[str, bytes]  # a file path, or the encoded bytes themselves
 
@@ -49,11 +50,11 @@ class SourceItem:
         return self
 
 
-class SourceError(Exception):
+class SourceError(VlmdataError):
     """The source as a whole cannot be read (bad path, unknown format, unreadable file)."""
 
 
-class BadPath(ValueError):
+class BadPath(VlmdataError, ValueError):
     """A path taken from a record cannot be used: (reason, detail) for the skip record."""
 
     def __init__(self, reason: str, detail: str):

@@ -15,10 +15,10 @@ import os
 import posixpath
 from typing import Iterator
 
-from .. import storage
-from ..schema import BadJSON, loads, safe_label
-from .base import MAX_SIDECAR_BYTES, SourceItem
-from .text import BadRecord, caption_conversation, from_turns
+from vlmdata import storage
+from vlmdata.dataset.schema import BadJSON, loads, safe_label
+from vlmdata.sources.base import MAX_SIDECAR_BYTES, SourceItem
+from vlmdata.sources.text import BadRecord, caption_conversation, from_turns
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
 # image formats seen in the wild that shards do not store: counted and skipped, never silently dropped

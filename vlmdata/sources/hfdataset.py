@@ -12,9 +12,9 @@ import io
 import os
 from typing import Iterator
 
-from ..schema import safe_label
-from .base import BadPath, SourceError, SourceItem, confine
-from .text import BadRecord, caption_conversation, from_turns
+from vlmdata.dataset.schema import safe_label
+from vlmdata.sources.base import BadPath, SourceError, SourceItem, confine
+from vlmdata.sources.text import BadRecord, caption_conversation, from_turns
 
 IMAGE_COLUMNS = ("image", "images", "img", "jpg", "png")
 TEXT_COLUMNS = ("conversations", "messages", "caption", "text", "answer", "txt")

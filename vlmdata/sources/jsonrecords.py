@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
-from .. import storage
-from ..schema import BadJSON, loads, safe_label
-from .base import MAX_RECORD_BYTES, BadPath, SourceError, SourceItem, confine
-from .text import BadRecord, from_turns
+from vlmdata import storage
+from vlmdata.dataset.schema import BadJSON, loads, safe_label
+from vlmdata.sources.base import MAX_RECORD_BYTES, BadPath, SourceError, SourceItem, confine
+from vlmdata.sources.text import BadRecord, from_turns
 
 _BOM = b"\xef\xbb\xbf"
 

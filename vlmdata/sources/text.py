@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 
+from vlmdata.errors import VlmdataError
+
 ROLE_MAP = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
             "bot": "assistant", "model": "assistant"}
 IMAGE_TOKEN = re.compile(r"<image>")
 
 
-class BadRecord(ValueError):
+class BadRecord(VlmdataError, ValueError):
     pass
 
 
@@ -74,6 +76,6 @@ def content_parts(items: list) -> list[dict]:
 
 
 def caption_conversation(caption: str, prompt: str, n_images: int = 1) -> list[dict]:
-    from ..schema import user_assistant
+    from vlmdata.dataset.schema import user_assistant
 
     return user_assistant(prompt, caption.strip(), n_images)

@@ -7,9 +7,10 @@ a ``detail`` knob), encodes them to a target byte size with the requested chroma
 progressive mode (``jpeg``), and serves them through a reusable pool (``images``).
 """
 
-from .images import ImagePool, SyntheticImage, detail_for, make_image
-from .jpeg import Encoded, encode, encode_to_target, jpeg_info, quality_from_table, search_to_target
-from .pixels import FieldBank, render, render_rgb, snap_detail
+from vlmdata.dataset.images import jpeg_info, quality_from_table
+from vlmdata.synthetic.images import ImagePool, SyntheticImage, detail_for, make_image
+from vlmdata.synthetic.jpeg import Encoded, encode, encode_to_target, search_to_target
+from vlmdata.synthetic.pixels import FieldBank, render, render_rgb, snap_detail
 
 __all__ = [
     "Encoded",

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..schema import FORMAT_EXT, ImageInfo, Sample
-from . import pixels
-from .images import SyntheticImage, detail_for
-from .jpeg import DEFAULT_QUALITY, SUBSAMPLINGS, Encoded, search_to_target
-from .text import TextMaker
+from vlmdata.dataset.schema import FORMAT_EXT, ImageInfo, Sample
+from vlmdata.synthetic import pixels
+from vlmdata.synthetic.images import SyntheticImage, detail_for
+from vlmdata.synthetic.jpeg import DEFAULT_QUALITY, SUBSAMPLINGS, Encoded, search_to_target
+from vlmdata.synthetic.text import TextMaker
 
 GRAY_MODES = ("L", "LA", "1", "I", "I;16", "F")
 CAL_QUALITY_STEP = 5  # the size model is calibrated per quality bucket (each calibration costs ~34 encodes)
@@ -164,7 +164,7 @@ class ProfileGenerator:
     """Builds sample ``i`` of the synthetic twin of a profile (thread-safe, deterministic)."""
 
     def __init__(self, profile: dict, seed: int = 0, tokenizer=None, *, variants: int = 0, sha256: str | None = None):
-        from ..profile import profile_sha256, sample_rows, tokenizer_for_profile, validate_profile
+        from vlmdata.profile.measure import profile_sha256, sample_rows, tokenizer_for_profile, validate_profile
 
         validate_profile(profile)
         self.profile = profile

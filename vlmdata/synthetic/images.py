@@ -30,8 +30,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from . import pixels
-from .jpeg import DEFAULT_QUALITY, SUBSAMPLINGS, Encoded, encode, search_to_target
+from vlmdata.synthetic import pixels
+from vlmdata.synthetic.jpeg import DEFAULT_QUALITY, SUBSAMPLINGS, Encoded, encode, search_to_target
 
 _CAL_SIZE = (384, 288)
 _CAL_SEEDS = (101, 202)

@@ -1,4 +1,4 @@
-"""In-process synthetic and mock sources for the loaders: iterables of :class:`~vlmdata.schema.Sample`, no disk.
+"""In-process synthetic and mock sources for the loaders: iterables of :class:`~vlmdata.dataset.schema.Sample`, no disk.
 
 Both sources are infinite (no ``__len__``): iterate, or ``take(n)`` for a list, or ``get(i)`` for
 random access. Sample ``i`` is the same for the same arguments whatever the order of access,
@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import count, islice
 from typing import Iterator
 
-from ..schema import Sample
-from .generate import ProfileGenerator
-from .images import ImagePool
-from .mocks import MOCKS, BridgeNoise, ImageFree
+from vlmdata.dataset.schema import Sample
+from vlmdata.synthetic.generate import ProfileGenerator
+from vlmdata.synthetic.images import ImagePool
+from vlmdata.synthetic.mocks import MOCKS, BridgeNoise, ImageFree
 
 EXACT_SLOTS = 1 << 62  # ImagePool slot = the content seed itself: the pool caches, never aliases
 
@@ -61,7 +61,7 @@ class _Base:
 class SyntheticSource(_Base):
     """The synthetic twin of a profile, in process: images as encoded bytes (JPEG/PNG).
 
-    ``profile`` is a profile dict (``vlmdata.profile.load_profile``) or a path to one. Rows are
+    ``profile`` is a profile dict (``vlmdata.profile.measure.load_profile``) or a path to one. Rows are
     sampled jointly (whole rows, epochs without replacement; see ``vlmdata.synthetic.generate``);
     each image is generated to its row's byte target and encoder settings and text to the exact
     token counts. ``pool`` (an :class:`ImagePool`, one made if None) caches encoded images by
@@ -76,7 +76,7 @@ class SyntheticSource(_Base):
     def __init__(self, profile, seed: int = 0, pool: ImagePool | None = None, *, tokenizer=None, variants: int = 1,
                  threads: int = 0, prefetch: int = 16, pool_bytes: int = 1 << 30):
         if isinstance(profile, (str, bytes)) or hasattr(profile, "__fspath__"):
-            from ..profile import load_profile
+            from vlmdata.profile.measure import load_profile
 
             profile = load_profile(profile)
         self.gen = ProfileGenerator(profile, seed, tokenizer, variants=variants)
@@ -117,7 +117,7 @@ class MockSource(_Base):
         else:
             prof = options.pop("profile", None)
             if isinstance(prof, (str, bytes)) or hasattr(prof, "__fspath__"):
-                from ..profile import load_profile
+                from vlmdata.profile.measure import load_profile
 
                 prof = load_profile(prof)
             self.impl = ImageFree(seed, profile=prof, **options)

@@ -26,15 +26,15 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from ..loaders.pipeline import BadSampleError, ShardReader, parse_raw, scan_shard
-from ..manifest import Accounting, write_manifest
-from ..profile import get_tokenizer, image_row
-from ..qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
-from ..schema import FORMAT_EXT, ImageInfo, Sample, dumps
-from ..shardwriter import Entry, ShardPlan, ShardRecord, shard_name, write_shard
-from ..tario import END_BYTES
-from .generate import mix, spec_for_row
-from .text import TextMaker
+from vlmdata.dataset.manifest import Accounting, write_manifest
+from vlmdata.dataset.reader import BadSampleError, ShardReader, parse_raw, scan_shard
+from vlmdata.dataset.schema import FORMAT_EXT, ImageInfo, Sample, dumps
+from vlmdata.dataset.shards import Entry, ShardPlan, ShardRecord, shard_name, write_shard
+from vlmdata.dataset.tar import END_BYTES
+from vlmdata.profile.measure import get_tokenizer, image_row
+from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
+from vlmdata.synthetic.generate import mix, spec_for_row
+from vlmdata.synthetic.text import TextMaker
 
 TWIN_PREFIX = "twin"
 

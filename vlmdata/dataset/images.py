@@ -1,0 +1,380 @@
+"""Image validity: the one rule that build, validate, profile and the loader share, on encoded bytes.
+
+An image is **valid** when
+
+1. Pillow identifies it as a format a shard stores (JPEG, PNG, WEBP, GIF, BMP, TIFF; MPO counts as
+   JPEG) -> else ``unsupported_format`` or ``undecodable_image``;
+2. ``1 <= width, height`` and ``width * height <= max_image_pixels`` (decompression bombs; default
+   Pillow's own limit) -> else ``too_large``;
+3. its aspect ratio ``max(w, h) / min(w, h)`` is at most ``MAX_ASPECT_RATIO`` (200: the Qwen-VL
+   ``smart_resize`` of the HF processor and of qwen-vl-utils raises beyond it, so no Qwen-VL pipeline
+   can train on it) -> else ``bad_aspect_ratio``;
+4. it is complete: a JPEG has an end-of-image marker after its first start-of-scan (bytes after that
+   marker, e.g. camera trailers or NUL padding, are allowed: decoders ignore them), a PNG has its
+   ``IEND`` chunk, a WebP holds its whole RIFF payload -> else ``undecodable_image`` ("truncated ...");
+5. at level ``"full"`` only: Pillow decodes every pixel without error -> else ``undecodable_image``.
+
+``check_image(data, verify=...)`` applies the rule and returns an ``ImageCheck`` (format, size, EXIF
+orientation) or raises ``ImageProblem(reason, detail)``; ``probe`` is the same returning a tuple. The
+build checks at its ``verify`` level (default ``"header"``: rules 1-4, no pixel decode), ``validate``
+at the level the dataset was built with unless asked for more, the profile and the loader decode (the
+loader reports a failure of rule 5 as ``undecodable_image`` and a failure of rules 1-4 under the same
+reason names as the build).
+
+``data`` may be a ``Sparse`` read (the head of a file and its tail): then rule 4 is decided from the
+tail when it can be, and ``NeedFullBytes`` is raised when it cannot (the caller reads the whole file
+and checks again), so a header-level check gives the same answer as one on the whole file.
+
+EXIF orientation is reported (``ImageCheck.orientation``, 1-8) because readers disagree on it (Hugging
+Face ``datasets`` applies it, Pillow, Energon and Bridge's path do not); ``upright`` re-encodes an image
+with its orientation applied so that every reader sees the same pixels (see docs/RELIABILITY.md).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from vlmdata.dataset.schema import FORMAT_EXT
+from vlmdata.errors import VlmdataError
+
+DEFAULT_MAX_IMAGE_PIXELS = 178_956_970  # Pillow's own bomb limit (2x its warning threshold)
+MAX_ASPECT_RATIO = 200  # Qwen-VL smart_resize (HF and qwen-vl-utils) raises above this
+TAIL_BYTES = 512  # how much of a file's end a header-level read takes (the whole file is read when it cannot decide)
+
+
+class ImageProblem(VlmdataError):
+    """An image cannot go into a shard; ``reason`` is one of the accounting reasons."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class NeedFullBytes(Exception):
+    """A ``Sparse`` read cannot decide completeness (or the header lies beyond the head): read it all."""
+
+
+class Sparse(bytes):
+    """The head of a file followed by its last bytes (``tail`` of them); ``size`` is the file's size.
+
+    Offsets below ``head`` are file offsets; byte ``i >= head`` of this object is file offset
+    ``size - (len(self) - i)``."""
+
+    size: int
+    head: int
+
+    @classmethod
+    def of(cls, head: bytes, tail: bytes, size: int) -> "Sparse":
+        out = cls(head + tail)
+        out.size, out.head = size, len(head)
+        return out
+
+
+@dataclass(frozen=True)
+class ImageCheck:
+    format: str  # PIL format name; MPO reported as JPEG
+    width: int
+    height: int
+    orientation: int = 1  # EXIF orientation (1 = as stored)
+
+
+_SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF))
+_PNG_SIG = b"\x89PNG\r\n\x1a\n"
+_EXIF_ORIENTATION = 0x0112
+
+
+def _exif_orientation(app1: bytes) -> int:
+    """Orientation tag of an APP1 ``Exif\\0\\0`` payload (1 when absent or unreadable)."""
+    if not app1.startswith(b"Exif\0\0") or len(app1) < 14:
+        return 1
+    t = app1[6:]
+    order = {b"II": "little", b"MM": "big"}.get(t[:2])
+    if order is None:
+        return 1
+    ifd = int.from_bytes(t[4:8], order)
+    if ifd + 2 > len(t):
+        return 1
+    n = int.from_bytes(t[ifd:ifd + 2], order)
+    for k in range(min(n, 512)):
+        e = ifd + 2 + 12 * k
+        if e + 12 > len(t):
+            break
+        if int.from_bytes(t[e:e + 2], order) == _EXIF_ORIENTATION:
+            v = int.from_bytes(t[e + 8:e + 10], order)
+            return v if 1 <= v <= 8 else 1
+    return 1
+
+
+def _jpeg_walk(data: bytes, limit: int) -> tuple[int, int, int, int] | None:
+    """(width, height, orientation, position of the first SOS or of the end of the walk) from the markers
+    before the entropy-coded data, within ``data[:limit]``; None when the walk fails or leaves the limit
+    before the frame header."""
+    i, n = 2, min(len(data), limit)
+    size = None
+    orientation = 1
+    while i + 4 <= n:
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0x01, 0xD8) or 0xD0 <= marker <= 0xD7:
+            i += 2
+            continue
+        seg = int.from_bytes(data[i + 2:i + 4], "big")
+        if seg < 2:
+            return None
+        if marker == 0xE1 and size is None and i + 2 + seg <= n:
+            o = _exif_orientation(data[i + 4:i + 2 + seg])
+            orientation = o if orientation == 1 else orientation
+        if marker in _SOF and size is None:
+            if i + 9 > n:
+                return None
+            h = int.from_bytes(data[i + 5:i + 7], "big")
+            w = int.from_bytes(data[i + 7:i + 9], "big")
+            if not (w and h):
+                return None
+            size = (w, h)
+        if marker == 0xDA:  # start of scan: entropy-coded data follows
+            return (*size, orientation, i) if size else None
+        i += 2 + seg
+    return (*size, orientation, i) if size else None
+
+
+def fast_header(data: bytes) -> tuple[str, int, int] | None:
+    """Format and size of baseline JPEG and PNG without Pillow; None means: ask Pillow."""
+    h = _fast(data)
+    return (h[0], h[1], h[2]) if h else None
+
+
+def _fast(data: bytes) -> tuple[str, int, int, int, int] | None:
+    """(format, width, height, orientation, position after which the end marker must lie) or None."""
+    limit = data.head if isinstance(data, Sparse) else len(data)
+    if data[:3] == b"\xff\xd8\xff":
+        walk = _jpeg_walk(data, limit)
+        return ("JPEG", *walk) if walk else None
+    if data[:8] == _PNG_SIG and data[12:16] == b"IHDR" and len(data) >= 24:
+        w, h = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+        if b"eXIf" in data[:limit]:  # an EXIF chunk: Pillow reads its orientation
+            return None
+        return ("PNG", w, h, 1, 8) if w and h else None
+    return None
+
+
+def _find_after(data: bytes, needle: bytes, after: int) -> bool | None:
+    """Whether ``needle`` occurs at a file offset > ``after``; None when a Sparse read cannot tell."""
+    if not isinstance(data, Sparse):
+        return data.find(needle, after + 1) >= 0
+    if data.find(needle, after + 1, data.head) >= 0:
+        return True
+    tail_start = data.size - (len(data) - data.head)  # file offset of the first tail byte
+    j = data.find(needle, data.head)
+    while j >= 0:
+        if tail_start + (j - data.head) > after:
+            return True
+        j = data.find(needle, j + 1)
+    raise NeedFullBytes()
+
+
+def _check_complete(data: bytes, fmt: str, after: int) -> None:
+    if fmt in ("JPEG", "MPO"):
+        if not _find_after(data, b"\xff\xd9", after):
+            raise ImageProblem("undecodable_image", "truncated JPEG (no end-of-image marker after the scan data)")
+    elif fmt == "PNG":
+        if not _find_after(data, b"\0\0\0\0IEND", max(after, 8)):
+            raise ImageProblem("undecodable_image", "truncated PNG (no IEND chunk)")
+    elif fmt == "WEBP" and data[:4] == b"RIFF":
+        need = int.from_bytes(data[4:8], "little") + 8
+        have = data.size if isinstance(data, Sparse) else len(data)
+        if need > have:
+            raise ImageProblem("undecodable_image", f"truncated WebP ({have} of {need} bytes)")
+
+
+def check_dimensions(w: int, h: int, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> None:
+    """Rules 2 and 3 on a width and height: ImageProblem when they break them."""
+    if w < 1 or h < 1:
+        raise ImageProblem("undecodable_image", f"degenerate size {w}x{h}")
+    if w * h > max_image_pixels:
+        raise ImageProblem("too_large", f"{w}x{h} = {w * h} pixels exceeds the limit of {max_image_pixels}")
+    if max(w, h) / min(w, h) > MAX_ASPECT_RATIO:
+        raise ImageProblem("bad_aspect_ratio", f"{w}x{h}: aspect ratio {max(w, h) / min(w, h):.0f} is above "
+                           f"{MAX_ASPECT_RATIO} (Qwen-VL processors reject it)")
+
+
+def check_image(data: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, verify: str = "header") -> ImageCheck:
+    """Apply the validity rule (module docstring) at level ``verify``.
+
+    Args:
+        data: the encoded image (all of it, or a ``Sparse`` head-and-tail read).
+        max_image_pixels: rule 2's limit.
+        verify: "header" (rules 1-4) or "full" (1-5).
+
+    Returns:
+        ImageCheck(format, width, height, orientation). Raises ImageProblem(reason, detail), or NeedFullBytes
+        for a ``Sparse`` read that cannot be decided.
+    """
+    if verify not in ("header", "full"):
+        raise ValueError(f"verify must be 'header' or 'full', not {verify!r}")
+    if not data:
+        raise ImageProblem("undecodable_image", "empty file")
+    fast = _fast(data) if verify == "header" else None
+    if fast is not None:
+        fmt, w, h, orientation, after = fast
+        check_dimensions(w, h, max_image_pixels)
+        _check_complete(data, fmt, after)
+        return ImageCheck(fmt, w, h, orientation)
+    if isinstance(data, Sparse):
+        raise NeedFullBytes()
+    try:
+        with warnings.catch_warnings():
+            # the pixel limit is max_image_pixels (rule 2, checked below), not Pillow's warning threshold,
+            # so that a header read and a Pillow read of the same image agree
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+            fmt, (w, h) = img.format, img.size
+    except Image.DecompressionBombError as e:
+        raise ImageProblem("too_large", f"decompression bomb: {e}") from None
+    except Image.UnidentifiedImageError:
+        raise ImageProblem("undecodable_image", "not a recognised image format") from None
+    except Exception as e:  # noqa: BLE001 - PIL raises many types for garbage input
+        raise ImageProblem("undecodable_image", f"not a readable image ({type(e).__name__}: {e})") from None
+    if fmt not in FORMAT_EXT:
+        raise ImageProblem("unsupported_format", f"image format {fmt} is not supported")
+    check_dimensions(w, h, max_image_pixels)
+    after = 0
+    if fmt in ("JPEG", "MPO"):
+        walk = _jpeg_walk(data, len(data))
+        after = walk[3] if walk else 0
+    _check_complete(data, fmt, after)
+    try:
+        orientation = int(img.getexif().get(_EXIF_ORIENTATION, 1) or 1)
+    except Exception:  # noqa: BLE001 - a broken EXIF block is not a broken image
+        orientation = 1
+    orientation = orientation if 1 <= orientation <= 8 else 1
+    if verify == "full":
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                img.load()
+        except Exception as e:  # noqa: BLE001
+            raise ImageProblem("undecodable_image", f"decode failed ({type(e).__name__}: {e})") from None
+    return ImageCheck("JPEG" if fmt == "MPO" else fmt, w, h, orientation)
+
+
+def probe(data: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, verify: str = "header") -> tuple[str, int, int]:
+    """(format, width, height) of encoded image bytes under the validity rule, or ImageProblem.
+
+    verify: "header" (rules 1-4) or "full" (also decode every pixel). MPO is reported as JPEG.
+    """
+    c = check_image(data, max_image_pixels=max_image_pixels, verify=verify)
+    return c.format, c.width, c.height
+
+
+def _fit(w: int, h: int, max_pixels: int) -> tuple[int, int]:
+    """The largest (w', h') with the aspect ratio of (w, h) (to within one pixel), both >= 1 and
+    w' * h' <= max_pixels."""
+    scale = math.sqrt(max_pixels / (w * h))
+    nw, nh = max(1, math.floor(w * scale)), max(1, math.floor(h * scale))
+    while nw * nh > max_pixels:  # rounding up to 1 on a thin side: shorten the long side
+        if nw >= nh:
+            nw = max(1, nw - 1)
+        else:
+            nh = max(1, nh - 1)
+    return nw, nh
+
+
+def _encode(img: Image.Image, src_fmt: str | None, quality: int) -> tuple[bytes, str]:
+    out = io.BytesIO()
+    if src_fmt in ("JPEG", "MPO") or img.mode in ("RGB", "L"):
+        img = img.convert("RGB") if img.mode not in ("RGB", "L") else img
+        img.save(out, "JPEG", quality=quality, optimize=False)
+        return out.getvalue(), "JPEG"
+    img.save(out, "PNG")
+    return out.getvalue(), "PNG"
+
+
+def reencode(data: bytes, max_pixels: int, quality: int = 95) -> tuple[bytes, str, int, int]:
+    """Downscale an image above ``max_pixels`` (aspect ratio kept, no side below 1 pixel) and re-encode it,
+    with its EXIF orientation applied (the result carries none, so every reader sees the same pixels).
+
+    JPEG stays JPEG; other formats become PNG, or JPEG when they have no alpha.
+    Returns (bytes, format, width, height).
+    """
+    if max_pixels < 1:
+        raise ValueError(f"max_pixels must be at least 1, got {max_pixels}")
+    img = Image.open(io.BytesIO(data))
+    src_fmt = img.format
+    img = ImageOps.exif_transpose(img) or img
+    w, h = img.size
+    nw, nh = _fit(w, h, max_pixels) if w * h > max_pixels else (w, h)
+    if (nw, nh) != (w, h):
+        img = img.resize((nw, nh), Image.Resampling.LANCZOS)
+    out, fmt = _encode(img, src_fmt, quality)
+    return out, fmt, nw, nh
+
+
+def upright(data: bytes, quality: int = 95) -> tuple[bytes, str, int, int]:
+    """The image with its EXIF orientation applied, re-encoded (JPEG stays JPEG at ``quality``; other
+    formats as ``reencode``). Returns (bytes, format, width, height)."""
+    img = Image.open(io.BytesIO(data))
+    src_fmt = img.format
+    img = ImageOps.exif_transpose(img) or img
+    out, fmt = _encode(img, src_fmt, quality)
+    return out, fmt, img.width, img.height
+
+
+# ----------------------------------------------------------------------------- JPEG facts (header only)
+
+# IJG (libjpeg) standard luminance table, natural (row-major) order, as Pillow reports it
+_IJG_LUMA = np.array([
+    16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55,
+    14, 13, 16, 24, 40, 57, 69, 56, 14, 17, 22, 29, 51, 87, 80, 62,
+    18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
+    49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99], dtype=np.float64)
+_SAMPLING_NAMES = {(1, 1): "4:4:4", (2, 1): "4:2:2", (2, 2): "4:2:0", (1, 2): "4:4:0", (4, 1): "4:1:1"}
+
+
+def quality_from_table(table) -> int:
+    """The IJG quality (1..100) whose scaled standard luma table is nearest to ``table``."""
+    t = np.asarray(list(table), dtype=np.float64)
+    best_q, best_err = 90, math.inf  # libjpeg's default quality when nothing fits better
+    for q in range(1, 101):
+        scale = 5000 // q if q < 50 else 200 - 2 * q  # libjpeg jpeg_quality_scaling
+        ref = np.clip(np.floor((_IJG_LUMA * scale + 50) / 100), 1, 255)
+        err = float(np.abs(np.log(ref) - np.log(np.maximum(t, 1))).sum())
+        if err < best_err:
+            best_q, best_err = q, err
+    return best_q
+
+
+def jpeg_info(data: bytes) -> dict:
+    """``{quality_estimate, subsampling, progressive}`` of JPEG bytes (header only, no decode).
+
+    ``subsampling`` is "4:4:4", "4:2:2", "4:2:0" (also "4:4:0", "4:1:1", "gray", or "HxV" of
+    the luma sampling factors for anything else); ``quality_estimate`` is None without tables.
+    """
+    with Image.open(io.BytesIO(data)) as im:
+        if im.format != "JPEG":
+            raise ValueError(f"not a JPEG: {im.format}")
+        tables = getattr(im, "quantization", None) or {}
+        layers = getattr(im, "layer", [])
+        if len(layers) == 1:
+            sub = "gray"
+        elif layers and all(ly[1:3] == (1, 1) for ly in layers[1:]):
+            hv = tuple(layers[0][1:3])
+            sub = _SAMPLING_NAMES.get(hv, f"{hv[0]}x{hv[1]}")
+        else:
+            sub = "other"
+        return {
+            "quality_estimate": quality_from_table(tables[0]) if 0 in tables else None,
+            "subsampling": sub,
+            "progressive": bool(im.info.get("progressive") or im.info.get("progression")),
+        }

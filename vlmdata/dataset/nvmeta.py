@@ -1,0 +1,170 @@
+"""Energon metadata for a vlmdata dataset: ``.nv-meta/`` through megatron-energon's own API, and its check.
+
+``prepare_energon`` writes the index, ``split.yaml``, ``dataset.yaml`` and ``vlmdata_loader.py`` (the
+``sample_loader`` Energon imports and runs) and returns what the manifest records about them
+(``energon_record``): the sha256 of the loader and of ``dataset.yaml``. ``check_energon`` is what
+``vlmdata validate`` runs: ``.nv-meta`` is present and complete, its shard list and counts equal the
+manifest's, the loader and ``dataset.yaml`` are byte-identical to what the build recorded (for a
+manifest from before the record existed: to a file some vlmdata release wrote, else a problem; the
+missing record itself is only a warning), and only then, when nothing is wrong, Energon opens the
+dataset and reads a sample through the loader (code that does not match is never executed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shutil
+
+DATASET_YAML = """\
+# Written by vlmdata. Samples are Megatron Bridge ChatML samples (conversation + imgs), no pickle.
+__module__: {module}
+__class__: ChatMLWebdataset
+sample_loader: vlmdata_loader.py:sample_loader
+part_filter: vlmdata_loader.py:part_filter
+"""
+TARGETS = {"vlmdata": "vlmdata.energon_sample", "bridge": "megatron.bridge.data.energon.task_encoder_utils"}
+LOADER_NAME = "vlmdata_loader.py"
+LOADER_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvmeta_loader.py")
+# sha256 of every vlmdata_loader.py a vlmdata release has written (git history of energon_loader.py), so
+# that datasets built before the manifest recorded the hash can still be told apart from edited ones.
+KNOWN_LOADER_SHA256 = frozenset({
+    "324d656e42c272b1d0c3e0c49e066cdd583e8b1c0060a8a6b8d82b2e4fcae994",
+    "88775693ca8f8bc5805e8b7cbbc37a2b9a541a4cef6b331d4035096a0a144bbf",
+})
+NV_META_FILES = (".info.json", "dataset.yaml", "split.yaml", "index.sqlite", "index.uuid", LOADER_NAME)
+
+
+# split.yaml parts, as Energon regex patterns over the shard names. Every shard is in ``train`` *and* in
+# ``val``: a built dataset is one training set, and holding shards out of it behind the user's back would
+# silently drop data (and is impossible for a one-shard dataset); but Megatron Bridge's Energon data
+# module asks for ``split_part="val"`` whenever validation runs (``do_validation=True`` and
+# ``eval_iters > 0``, its defaults) and Energon fails with "Invalid split part: 'val'" if the part is
+# missing. So validation works out of the box and measures loss on (a sample of) the training data.
+# For a held-out validation set build a second dataset and point Bridge at an Energon metadataset, or
+# edit split.yaml (docs/FORMAT.md, docs/bridge-contract.md section 4).
+SPLIT_PARTS_PATTERNS = [("train", ".*"), ("val", ".*")]
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def loader_sha256() -> str:
+    """sha256 of the sample loader this vlmdata writes."""
+    with open(LOADER_SOURCE, "rb") as f:
+        return _sha256(f.read())
+
+
+def dataset_yaml(target: str = "vlmdata") -> str:
+    return DATASET_YAML.format(module=TARGETS[target])
+
+
+def energon_record(target: str = "vlmdata") -> dict:
+    """What the manifest records about ``.nv-meta`` (computed before it is written)."""
+    return {"sample_loader_sha256": loader_sha256(), "dataset_yaml_sha256": _sha256(dataset_yaml(target).encode()),
+            "target": target}
+
+
+def prepare_energon(root: str, shard_names: list[str], workers: int = 1, target: str = "vlmdata") -> dict:
+    """Index the shards with Energon, write split.yaml (every shard in ``train`` and in ``val``, see
+    ``SPLIT_PARTS_PATTERNS``) and dataset.yaml. Returns ``energon_record(target)``."""
+    from megatron.energon.flavors import BaseWebdatasetFactory  # heavy: only when metadata is written
+
+    meta = os.path.join(root, ".nv-meta")
+    if os.path.isdir(meta):
+        shutil.rmtree(meta)
+    with contextlib.redirect_stdout(io.StringIO()):  # energon prints its progress
+        BaseWebdatasetFactory.prepare_dataset(root, list(shard_names), split_parts_patterns=SPLIT_PARTS_PATTERNS,
+                                              workers=max(1, workers), shuffle_seed=None)
+    shutil.copyfile(LOADER_SOURCE, os.path.join(meta, LOADER_NAME))
+    with open(os.path.join(meta, "dataset.yaml"), "w") as f:
+        f.write(dataset_yaml(target))
+    return energon_record(target)
+
+
+def check_energon(root: str, manifest: dict, open_with_energon: bool = True) -> tuple[list[str], list[str]]:
+    """Check a local dataset's ``.nv-meta`` against its manifest (module docstring).
+
+    Args:
+        root: the dataset folder.
+        manifest: its loaded manifest.
+        open_with_energon: when nothing else is wrong, open the dataset with Energon and read a sample.
+
+    Returns:
+        (problems, warnings): lists of one-line messages."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    record = manifest.get("energon", "absent")
+    if record is None or not manifest.get("shards"):
+        return problems, warnings  # built without Energon metadata, or nothing to index
+    meta = os.path.join(root, ".nv-meta")
+    if not os.path.isdir(meta):
+        return ["no .nv-meta folder: Energon (and Megatron Bridge's Energon path) cannot read this dataset"], warnings
+    missing = [f for f in NV_META_FILES if not os.path.isfile(os.path.join(meta, f))]
+    if missing:
+        problems.append(f".nv-meta is incomplete: {', '.join(missing)} missing (interrupted build?)")
+    missing_idx = [s["name"] for s in manifest["shards"] if not os.path.isfile(os.path.join(root, s["name"] + ".idx"))]
+    if missing_idx:
+        problems.append(f"Energon index files missing: {', '.join(n + '.idx' for n in missing_idx[:5])}"
+                        + (" ..." if len(missing_idx) > 5 else ""))
+    try:
+        with open(os.path.join(meta, ".info.json"), "rb") as f:
+            counts = json.loads(f.read()).get("shard_counts")
+        want = {s["name"]: s["samples"] for s in manifest["shards"]}
+        if counts != want:
+            problems.append(".nv-meta/.info.json lists other shards or sample counts than the manifest")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        if ".info.json" not in missing:
+            problems.append(".nv-meta/.info.json is unreadable")
+    loader_ok = _check_file(os.path.join(meta, LOADER_NAME), record, "sample_loader_sha256", KNOWN_LOADER_SHA256,
+                            "vlmdata_loader.py (the code Energon runs)", problems, warnings)
+    yaml_known = {_sha256(dataset_yaml(t).encode()) for t in TARGETS}
+    yaml_ok = _check_file(os.path.join(meta, "dataset.yaml"), record, "dataset_yaml_sha256", yaml_known,
+                          "dataset.yaml", problems, warnings)
+    if open_with_energon and not problems and loader_ok and yaml_ok:
+        problem = _open_with_energon(root)
+        if problem:
+            problems.append(problem)
+    return problems, warnings
+
+
+def _check_file(path: str, record, field: str, known: frozenset | set, what: str, problems: list, warnings: list) -> bool:
+    try:
+        with open(path, "rb") as f:
+            got = _sha256(f.read())
+    except OSError:
+        return False  # reported as missing
+    want = record.get(field) if isinstance(record, dict) else None
+    if want is not None:
+        if got != want:
+            problems.append(f".nv-meta/{os.path.basename(path)}: sha256 differs from the manifest: {what} was edited")
+            return False
+        return True
+    if got not in known:
+        problems.append(f".nv-meta/{os.path.basename(path)} matches no file vlmdata writes: {what} was edited")
+        return False
+    warnings.append(f"manifest records no {field} (dataset built by an older vlmdata); .nv-meta/"
+                    f"{os.path.basename(path)} matches a file vlmdata wrote")
+    return True
+
+
+def _open_with_energon(root: str) -> str | None:
+    """None when Energon opens the dataset and reads its first sample through the loader, else the problem."""
+    try:
+        from megatron.energon import WorkerConfig, get_loader, get_train_dataset  # heavy: only for this check
+
+        wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            ds = get_train_dataset(root, batch_size=None, shuffle_buffer_size=None, max_samples_per_sequence=None,
+                                   worker_config=wc, repeat=False)
+            next(iter(get_loader(ds)))
+    except Exception as e:  # noqa: BLE001 - whatever Energon raises, the dataset is not readable by it
+        from vlmdata.storage import redact_text
+
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        return f"Energon cannot read the dataset ({type(e).__name__}: {redact_text(first)})"
+    return None

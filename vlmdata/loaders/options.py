@@ -1,0 +1,126 @@
+"""``LoaderOptions``: the one options object of the loader, threaded unchanged through ``make_loader``,
+the Megatron Bridge provider (``vlmdata.loaders.bridge``), the audit and the benchmarks.
+
+A frozen dataclass that validates itself on construction: a bad value raises ``OptionsError`` naming
+the parameter. ``replace(**changes)`` returns a copy with some fields changed and refuses names that are
+not options (with the closest match), so a typo never passes silently. Defaults exist here only.
+
+Depends on ``qwen.spec`` (pixel limits, model names) and ``errors``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from vlmdata.errors import OptionsError
+from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, SPECS
+
+IMAGE_MODES = ("decode", "shapes", "drop")
+RESIZE_MODES = ("bridge", "hf")
+ON_ERROR = ("skip", "raise")
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """How samples become Megatron Bridge Qwen-VL batches.
+
+    model: "qwen2-vl" | "qwen2.5-vl" | "qwen3-vl" (patch 14/14/16; MoE variants use the same processor).
+    seq_length, pad_to_max_length, pad_to_multiple_of, packing, packing_pad_to_multiple_of: as Bridge's
+        ``qwen2_5_collate_fn`` (sequence_length, pad_to_max_length, pad_to_multiple_of,
+        enable_in_batch_packing, in_batch_packing_pad_to_multiple_of); seq_length None: no limit.
+    micro_batch_size: samples per batch; drop_last: drop a short last batch of an epoch.
+    num_workers, prefetch_factor, pin_memory: the torch DataLoader's.
+    seed, shuffle, shuffle_buffer: the shard-order and in-buffer shuffle (deterministic per seed and epoch).
+    rank, world_size: default torch.distributed's (else RANK / WORLD_SIZE env, else 0 / 1); pass the
+        data-parallel rank and size when TP/PP/CP ranks exist.
+    min_pixels, max_pixels: the image processor's limits (Bridge's defaults).
+    on_error: "skip" (count + log with shard and key; ``loader.stats``) or "raise".
+    num_epochs: epochs to yield (None: endless); epoch_samples: samples per epoch of a synthetic or mock source.
+    resize: "bridge" (qwen-vl-utils pre-resize + HF, Bridge's collate) or "hf"; exact_images: the bit-exact
+        Pillow path instead of the fast one (``vlmdata.qwen.vision``).
+    chat_template: a Jinja chat template instead of the tokenizer's.
+    bridge_visual_inputs: batches carry Bridge's ``GenericVisualInputs`` (where Bridge is importable).
+    images: "decode", "shapes" (no decode: exact shapes and token ids, zero pixels; for planning and warm-up)
+        or "drop" (the image-free view of the source).
+    image_device: e.g. "cuda": decode (nvJPEG, batched) and preprocess on that device in the training
+        process (``vlmdata.loaders.device_images``; needs torchvision); only with images="decode".
+    """
+
+    model: str = "qwen3-vl"
+    seq_length: int | None = 4096
+    micro_batch_size: int = 1
+    pad_to_max_length: bool = False
+    pad_to_multiple_of: int = 128
+    packing: bool = False
+    packing_pad_to_multiple_of: int = 1
+    num_workers: int = 0
+    seed: int = 0
+    rank: int | None = None
+    world_size: int | None = None
+    shuffle: bool = True
+    shuffle_buffer: int = 256
+    min_pixels: int = BRIDGE_MIN_PIXELS
+    max_pixels: int = BRIDGE_MAX_PIXELS
+    on_error: str = "skip"
+    num_epochs: int | None = 1
+    epoch_samples: int = 10_000
+    resize: str = "bridge"
+    exact_images: bool = False
+    chat_template: str | None = None
+    bridge_visual_inputs: bool = False
+    drop_last: bool = False
+    pin_memory: bool = False
+    prefetch_factor: int = 2
+    images: str = "decode"
+    image_device: str | None = None
+
+    def __post_init__(self) -> None:
+        _choice("model", self.model, tuple(SPECS))
+        _choice("on_error", self.on_error, ON_ERROR)
+        _choice("resize", self.resize, RESIZE_MODES)
+        _choice("images", self.images, IMAGE_MODES)
+        if self.image_device is not None and self.images != "decode":
+            raise OptionsError(f"`image_device` works with `images`='decode' only, got images={self.images!r}")
+        for name in ("micro_batch_size", "pad_to_multiple_of", "packing_pad_to_multiple_of", "shuffle_buffer",
+                     "epoch_samples", "prefetch_factor", "min_pixels"):
+            _at_least(name, getattr(self, name), 1)
+        _at_least("num_workers", self.num_workers, 0)
+        if self.seq_length is not None:
+            _at_least("seq_length", self.seq_length, 1)
+        if self.num_epochs is not None:
+            _at_least("num_epochs", self.num_epochs, 1)
+        if self.max_pixels < self.min_pixels:
+            raise OptionsError(f"`max_pixels` ({self.max_pixels}) is below `min_pixels` ({self.min_pixels})")
+        if self.rank is not None and self.world_size is not None and not 0 <= self.rank < self.world_size:
+            raise OptionsError(f"`rank` {self.rank} is outside a world of {self.world_size}")
+
+    def replace(self, **changes: Any) -> LoaderOptions:
+        """A copy with ``changes`` applied (validated); an unknown name raises ``OptionsError`` naming it."""
+        unknown = sorted(set(changes) - set(names()))
+        if unknown:
+            hints = [f"{u!r}" + (f" (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(u, names(), 1)) else "")
+                     for u in unknown]
+            raise OptionsError(f"unknown loader option {', '.join(hints)}; options: {', '.join(names())}")
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every option and its value (for reports and JSON)."""
+        return dataclasses.asdict(self)
+
+
+def names() -> tuple[str, ...]:
+    """The option names, in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(LoaderOptions))
+
+
+def _choice(name: str, value, allowed: tuple) -> None:
+    if value not in allowed:
+        raise OptionsError(f"`{name}` must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+
+
+def _at_least(name: str, value, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise OptionsError(f"`{name}` must be an integer >= {low}, got {value!r}")
