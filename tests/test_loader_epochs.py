@@ -11,7 +11,8 @@ import torch
 
 from vlmdata.dataset.tar import TarWriter, iter_shard
 from vlmdata.loaders import api
-from vlmdata.loaders.api import EmptyEpochError, make_loader
+from vlmdata.loaders.api import make_loader
+from vlmdata.loaders.pipeline import EmptyEpochError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARDS = os.path.join(REPO, "sample_shards")

@@ -12,7 +12,6 @@ See docs/loaders.md for the guarantees.
 
 from __future__ import annotations
 
-import glob
 import os
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -20,16 +19,17 @@ from typing import Any, Iterator
 import torch
 
 from vlmdata.dataset.reader import BadSampleError, SampleRef, ShardReader, parse_raw, record_skip, scan_shard
+from vlmdata.dataset.resolve import open_dataset
 from vlmdata.dataset.schema import Sample
 from vlmdata.errors import OptionsError
 from vlmdata.loaders.collate import Collator, Processed
 from vlmdata.loaders.device_images import defer_image, finish_batch
 from vlmdata.loaders.options import IMAGE_MODES, LoaderOptions
 from vlmdata.loaders.pipeline import Consumed, Plan, Stats, check_epoch
-from vlmdata.synthetic.mocks import IMAGEFREE, IMAGEFREE_FIXED, MOCKS
 from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
 from vlmdata.qwen.tokenize import ChatTokenizer
 from vlmdata.qwen.vision import preprocess_any, preprocess_shape
+from vlmdata.synthetic.mocks import IMAGEFREE, IMAGEFREE_FIXED, MOCKS
 
 PROCESSOR_MODES = (*IMAGE_MODES, "device")  # + "device": decode left to the training device (image_device)
 
@@ -37,45 +37,12 @@ PROCESSOR_MODES = (*IMAGE_MODES, "device")  # + "device": decode left to the tra
 # ----------------------------------------------------------------------------- sources
 
 def resolve_shards(source: str) -> list[str]:
-    """A dataset dir (manifest.json order, else sorted *.tar), a glob pattern, or one .tar path; local
-    paths or fsspec URLs (``s3://bucket/prefix``: shards are then read through ``vlmdata.storage``)."""
-    from vlmdata import storage
-
-    source = storage.local(source)
-    if storage.is_url(source):
-        return _resolve_remote_shards(source)
-    if os.path.isdir(source):
-        if os.path.exists(os.path.join(source, "manifest.json")):
-            from vlmdata.dataset.manifest import load_manifest, shard_paths
-
-            return shard_paths(source, load_manifest(source))
-        paths = sorted(glob.glob(os.path.join(source, "*.tar")))
-    elif any(c in source for c in "*?["):
-        paths = sorted(glob.glob(source))
-    else:
-        paths = [source] if source.endswith(".tar") and os.path.exists(source) else []
-    if not paths:
-        raise ValueError(f"no tar shards found for {source!r}")
-    return paths
-
-
-def _resolve_remote_shards(source: str) -> list[str]:
-    from vlmdata import storage
-
-    if any(c in source.split("://", 1)[1] for c in "*?["):
-        fs, inner = storage.fs_and_path(source, fresh=True)
-        paths = sorted(f"{storage.protocol(source)}://{p.lstrip('/')}" for p in fs.glob(inner) if p.endswith(".tar"))
-    elif source.endswith(".tar"):
-        paths = [source] if storage.isfile(source) else []
-    elif storage.exists(storage.join(source, "manifest.json")):
-        from vlmdata.dataset.manifest import load_manifest, shard_paths
-
-        paths = shard_paths(source, load_manifest(source))
-    else:
-        paths = [p for p in storage.ls(source) if p.endswith(".tar")]
-    if not paths:
-        raise ValueError(f"no tar shards found for {storage.redact(source)!r}")
-    return paths
+    """The shard paths a source names (``vlmdata.dataset.resolve.open_dataset``: a dataset folder in
+    manifest order, a folder of ``*.tar``, a glob, one ``.tar``; local or fsspec URLs)."""
+    ref = open_dataset(source)
+    if not ref.shards:
+        raise ValueError(f"no tar shards found for {ref.shown!r}")
+    return list(ref.shards)
 
 
 def open_source(source, seed: int):

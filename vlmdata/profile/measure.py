@@ -36,7 +36,8 @@ from PIL import Image
 from vlmdata import __version__ as VLMDATA_VERSION
 from vlmdata import storage
 from vlmdata.dataset.images import ImageProblem, check_image, jpeg_info
-from vlmdata.dataset.manifest import MANIFEST_NAME, ManifestError, load_manifest, shard_paths
+from vlmdata.dataset.manifest import ManifestError
+from vlmdata.dataset.resolve import open_dataset
 from vlmdata.dataset.schema import BadJSON, conversation_problem, count_image_parts, dumps, loads, safe_label
 from vlmdata.dataset.tar import TarReadError, iter_raw_samples, iter_shard
 from vlmdata.errors import VlmdataError
@@ -222,50 +223,26 @@ def _iter_shard_samples(paths: list[str], skipped: Counter, counts: list[int] | 
 
 
 def open_input(path: str, opts: ProfileOptions) -> tuple[dict, Iterator[InputSample], Counter]:
-    """(source description, samples, skip counter) for a dataset folder, shard, image folder or JSON."""
+    """(source description, samples, skip counter) for a dataset folder, shard, image folder or JSON
+    (what the path names is decided by ``vlmdata.dataset.resolve.open_dataset``)."""
     skipped: Counter = Counter()
     try:
-        path = storage.local(os.fspath(path))
-    except storage.CredentialsInURL as e:
-        raise ProfileError(str(e)) from None
-    if storage.is_url(path):
-        return _open_remote_input(path, opts, skipped)
-    if "\0" in path or not os.path.exists(path):
-        raise ProfileError(f"{safe_label(path)}: no such file or directory")
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST_NAME)):
-        try:
-            m = load_manifest(path)
-            paths = shard_paths(path, m)
-        except ManifestError as e:
-            raise ProfileError(str(e)) from None
-        desc = {"path": os.path.abspath(path), "kind": "shards", "manifest_kind": m.get("kind"),
+        ref = open_dataset(path)
+    except (ManifestError, storage.StorageError) as e:
+        raise ProfileError(storage.redact_text(e)) from None
+    except OSError as e:
+        raise ProfileError(f"{safe_label(storage.redact_text(path))}: {storage.redact_text(e)}") from None
+    if ref.kind == "missing":
+        raise ProfileError(f"{safe_label(ref.shown) if ref.remote else safe_label(ref.path)}: no such file or "
+                           f"{'folder' if ref.remote else 'directory'}")
+    if ref.kind == "dataset":
+        m = ref.manifest or {}
+        desc = {"path": ref.shown, "kind": "shards", "manifest_kind": m.get("kind"),
                 "manifest_samples": m.get("totals", {}).get("samples")}
-        return desc, _iter_shard_samples(paths, skipped, [e["samples"] for e in m["shards"]]), skipped
-    if os.path.isfile(path) and path.endswith(".tar"):
-        return {"path": os.path.abspath(path), "kind": "shard"}, _iter_shard_samples([path], skipped), skipped
-    return _open_source_input(path, os.path.abspath(path), opts, skipped)
-
-
-def _open_remote_input(url: str, opts: ProfileOptions, skipped: Counter) -> tuple[dict, Iterator[InputSample], Counter]:
-    """``open_input`` for an fsspec URL (``s3://bucket/prefix``): a dataset, a shard or a build source."""
-    shown = storage.redact(url)
-    try:
-        if url.endswith(".tar") and storage.isfile(url):
-            return {"path": shown, "kind": "shard"}, _iter_shard_samples([url], skipped), skipped
-        if storage.exists(storage.join(url, MANIFEST_NAME)):
-            try:
-                m = load_manifest(url)
-                paths = shard_paths(url, m)
-            except ManifestError as e:
-                raise ProfileError(str(e)) from None
-            desc = {"path": shown, "kind": "shards", "manifest_kind": m.get("kind"),
-                    "manifest_samples": m.get("totals", {}).get("samples")}
-            return desc, _iter_shard_samples(paths, skipped, [e["samples"] for e in m["shards"]]), skipped
-        if not storage.exists(url):
-            raise ProfileError(f"{shown}: no such file or folder")
-    except (storage.StorageError, OSError) as e:
-        raise ProfileError(f"{shown}: {storage.redact_text(e)}") from None
-    return _open_source_input(url, shown, opts, skipped)
+        return desc, _iter_shard_samples(list(ref.shards), skipped, [e["samples"] for e in m["shards"]]), skipped
+    if ref.kind == "shard":
+        return {"path": ref.shown, "kind": "shard"}, _iter_shard_samples(list(ref.shards), skipped), skipped
+    return _open_source_input(ref.path, ref.shown, opts, skipped)
 
 
 def _open_source_input(path: str, shown: str, opts: ProfileOptions,
