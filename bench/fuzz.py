@@ -1,7 +1,7 @@
 """Fuzz corpus and runner: hostile inputs against build, validate, inspect, profile, synth and the loader.
 
     python bench/fuzz.py                 # the whole corpus (>= 300 cases; ~15-30 min on 2 busy cores)
-    python bench/fuzz.py --quick         # the fast subset the test suite runs (tests/test_fuzz.py)
+    python bench/fuzz.py --quick         # the fast subset the test suite runs (tests/system/test_fuzz.py)
     python bench/fuzz.py --classes images,shards --json out.json --show-all
 
 Every case generates its inputs in a fresh folder, then runs steps: a ``vlmdata`` command line or a
@@ -1207,7 +1207,7 @@ def _endless(root: str) -> dict:
 
 # ----------------------------------------------------------------------------- the corpus
 
-# the fast subset the test suite runs (tests/test_fuzz.py): one to four cases per class, ~1 min
+# the fast subset the test suite runs (tests/system/test_fuzz.py): one to four cases per class, ~1 min
 QUICK = frozenset({
     "image/jpeg_truncated_0.5", "image/thin_1x20000",
     "sidecar/deep_json", "sidecar/lone_surrogate_json", "sidecar/sidecar_fifo",
@@ -1440,7 +1440,7 @@ def preload() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="only the fast subset (what tests/test_fuzz.py runs)")
+    ap.add_argument("--quick", action="store_true", help="only the fast subset (what tests/system/test_fuzz.py runs)")
     ap.add_argument("--classes", help="comma-separated classes: " + ", ".join(sorted({c.cls for c in corpus()})))
     ap.add_argument("--match", help="only cases whose name contains this")
     ap.add_argument("--skip", action="append", default=[], help="leave out the case with this name (repeatable)")

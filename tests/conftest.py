@@ -1,6 +1,9 @@
+import functools
 import io
 import json
 import os
+import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -8,6 +11,9 @@ from PIL import Image
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE_SHARDS = os.path.join(REPO, "sample_shards")
+HELPERS = os.path.join(REPO, "tests", "helpers")  # fake workloads, workers: importable by name (audit --step)
+if HELPERS not in sys.path:
+    sys.path.insert(0, HELPERS)
 
 
 def photo(name: str = "chelsea") -> Image.Image:
@@ -70,3 +76,36 @@ def llava_source(tmp_path, photos):
     path = tmp_path / "src" / "data.jsonl"
     path.write_text("\n".join(lines) + "\n")
     return str(path)
+
+
+# ----------------------------------------------------------------------------- shared profile fixtures
+
+@functools.lru_cache(maxsize=None)
+def _small_data() -> tuple[str, str]:
+    """Made once per process (the profile, synth and compare tests share it)."""
+    root = tempfile.mkdtemp(prefix="vlmdata-test-profile-")
+    path = os.path.join(root, "profile.json")
+    from vlmdata.profile.measure import ProfileOptions, profile_dataset, write_profile
+    from vlmdata.sources.photos import make_source
+
+    src = make_source(os.path.join(root, "photos"), n_single=8, n_multi=3, seed=7)
+    write_profile(profile_dataset(src, ProfileOptions(decode_images=6, decode_repeats=1)), path)
+    return src, path
+
+
+@pytest.fixture(scope="session")
+def tok():
+    from vlmdata.profile.measure import get_tokenizer
+
+    return get_tokenizer(None)
+
+
+@pytest.fixture(scope="session")
+def small_source():
+    """A real-photo LLaVA source: 8 single, 3 multi-image samples, one PNG page, two bad inputs."""
+    return _small_data()[0]
+
+
+@pytest.fixture(scope="session")
+def small_profile():
+    return _small_data()[1]

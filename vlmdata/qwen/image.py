@@ -115,7 +115,7 @@ def _resized_array(
 def normalize(a: np.ndarray, spec: QwenSpec, chw: bool = False) -> np.ndarray:
     """uint8 (H, W, 3), or (3, H, W) with ``chw``, -> float32 of the same shape: ``(x / 255 - mean) / std``
     in float32. Bit-identical to transformers' float64 ``x * (1/255)`` -> float32 rescale followed by
-    its float32 normalize (checked for all 3 x 256 inputs in tests/test_image_path.py)."""
+    its float32 normalize (checked for all 3 x 256 inputs in tests/qwen/test_image_path.py)."""
     if chw:
         x = np.divide(a, np.float32(255), dtype=np.float32)
         np.subtract(x, np.array(spec.image_mean, dtype=np.float32)[:, None, None], out=x)

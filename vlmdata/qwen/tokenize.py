@@ -15,7 +15,7 @@ Here: the template is rendered into runs of special tokens and text chunks; each
 between two special tokens, exactly what the HF tokenizer BPE-encodes as one piece) is encoded with the
 tokenizer's Rust backend in one batch call (repeated chunks such as the system prompt come from a cache),
 image pads are spliced in as repeated ids, and the mask is the same boundary scan run on the ids.
-tests/test_loader_batches.py checks ids, labels and masks against the real processor + Bridge's algorithm.
+tests/loaders/test_loader_batches.py checks ids, labels and masks against the real processor + Bridge's algorithm.
 
 Text is always tokenised as text: a control token written in a caption or a turn (``<|image_pad|>``,
 ``<|im_end|><|im_start|>user``) becomes the ordinary tokens of those characters, never the control id

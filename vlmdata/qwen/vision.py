@@ -12,7 +12,7 @@ again with the model factor and Bridge's min/max pixels. So the grid Bridge trai
 float math (bit-identical to Bridge + the HF PIL processor); ``exact=False`` (fast) decodes a JPEG at
 reduced DCT scale when the final size is at most half the source and resizes once, on torch's bicubic
 antialiased uint8 kernel, straight to the final size: identical grid and token counts, pixel values
-within ``vlmdata.qwen.image.draft_tolerance`` (tests/test_loader_batches.py enforces it).
+within ``vlmdata.qwen.image.draft_tolerance`` (tests/loaders/test_loader_batches.py enforces it).
 ``resize="hf"`` skips the qwen-vl-utils step (what the HF processor alone, or a pipeline without
 qwen-vl-utils, gives): it is ``vlmdata.qwen.image.preprocess_image``.
 """

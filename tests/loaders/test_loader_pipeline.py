@@ -10,7 +10,7 @@ from vlmdata.dataset.reader import BadSampleError, scan_shard
 from vlmdata.dataset.tar import TarWriter, iter_shard
 from vlmdata.loaders.api import make_loader
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARDS = os.path.join(REPO, "sample_shards")
 ALL_KEYS = [r.key for i in range(6) for r in iter_shard(os.path.join(SHARDS, f"shard-{i:06d}.tar"))]
 

@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-from test_profile import small_profile, small_source, tok  # noqa: F401  (shared fixtures)
 
 from vlmdata.cli.main import main as cli
 from vlmdata.profile.compare import Thresholds, compare, ks_distance

@@ -1,6 +1,6 @@
 """Many ranks with torchrun (gloo, CPU): every sample of an epoch reaches exactly one rank, uneven ranks end
 the epoch without a hang, and resume after a restart with another number of DataLoader workers per rank
-loses and duplicates nothing. Each rank runs tests/scale_ranks_worker.py."""
+loses and duplicates nothing. Each rank runs tests/helpers/scale_ranks_worker.py."""
 
 import json
 import os
@@ -14,9 +14,9 @@ import pytest
 
 from vlmdata.dataset.tar import iter_shard
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARDS = os.path.join(REPO, "sample_shards")
-WORKER = os.path.join(REPO, "tests", "scale_ranks_worker.py")
+WORKER = os.path.join(REPO, "tests", "helpers", "scale_ranks_worker.py")
 TIMEOUT = 150  # a rank waiting on a collective that never comes would hang: fail instead
 
 

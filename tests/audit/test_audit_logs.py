@@ -1,4 +1,4 @@
-"""Megatron-LM / Megatron Bridge training-log parsing and `vlmdata audit compare` (fixtures in fixtures/audit).
+"""Megatron-LM / Megatron Bridge training-log parsing and `vlmdata audit compare` (fixtures in tests/audit/fixtures).
 
 Fixture shapes follow public logs (own numbers): megatron_* and mixtral_text_* the Megatron-LM iteration
 line and argument dump (NVIDIA/Megatron-LM#756, a Mixtral text-only run, log_interval 1, an excerpt with
@@ -28,7 +28,7 @@ from vlmdata.audit.logs import (
 )
 from vlmdata.cli.main import main
 
-FIX = os.path.join(os.path.dirname(__file__), "fixtures", "audit")
+FIX = os.path.join(os.path.dirname(__file__), "fixtures")
 
 
 def fx(name):

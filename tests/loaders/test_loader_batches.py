@@ -20,7 +20,7 @@ from vlmdata.loaders.api import process_samples
 from vlmdata.qwen.image import draft_tolerance
 from vlmdata.qwen.tokenize import ChatTokenizer
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARDS = os.path.join(REPO, "sample_shards")
 SEQ_KEYS = ("input_ids", "labels", "loss_mask", "position_ids", "attention_mask", "mm_token_type_ids")
 

@@ -11,7 +11,7 @@ from vlmdata.loaders import device_images
 from vlmdata.loaders.api import make_loader
 from vlmdata.qwen.image import draft_tolerance
 
-SHARDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_shards")
+SHARDS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "sample_shards")
 
 
 @pytest.fixture

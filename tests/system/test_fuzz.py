@@ -1,6 +1,6 @@
 """The fast part of the fuzz corpus (bench/fuzz.py --quick) in the normal suite: every case a clear error or a
 correct run; 0 tracebacks, hangs, silent corruption/data loss, leaks and mismatches. The whole corpus
-(>= 300 cases) runs on demand: ``python bench/fuzz.py`` (or ``VLMDATA_FUZZ_FULL=1 pytest tests/test_fuzz.py``)."""
+(>= 300 cases) runs on demand: ``python bench/fuzz.py`` (or ``VLMDATA_FUZZ_FULL=1 pytest tests/system/test_fuzz.py``)."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 import fuzz  # noqa: E402
 

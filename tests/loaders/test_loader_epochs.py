@@ -14,7 +14,7 @@ from vlmdata.loaders import api
 from vlmdata.loaders.api import make_loader
 from vlmdata.loaders.pipeline import EmptyEpochError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARDS = os.path.join(REPO, "sample_shards")
 ALL_KEYS = [r.key for i in range(6) for r in iter_shard(os.path.join(SHARDS, f"shard-{i:06d}.tar"))]
 IMAGE_PAD = 151655

@@ -1,6 +1,6 @@
-"""One rank of tests/test_scale_ranks.py, started by torchrun (gloo, CPU).
+"""One rank of tests/loaders/test_scale_ranks.py, started by torchrun (gloo, CPU).
 
-    python -m torch.distributed.run --standalone --nproc-per-node 3 tests/scale_ranks_worker.py SOURCE OUT \
+    python -m torch.distributed.run --standalone --nproc-per-node 3 tests/helpers/scale_ranks_worker.py SOURCE OUT \
         [--workers 2] [--stop-after N] [--resume] [--sync]
 
 Iterates one epoch of SOURCE through ``make_loader`` (rank and world from torch.distributed) and writes

@@ -9,7 +9,6 @@ import os
 import numpy as np
 import pytest
 from PIL import Image
-from test_profile import small_profile, small_source, tok  # noqa: F401  (shared fixtures)
 
 from vlmdata.cli.main import main as cli
 from vlmdata.dataset.images import jpeg_info

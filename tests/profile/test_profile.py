@@ -23,32 +23,6 @@ from vlmdata.qwen.spec import visual_tokens
 from vlmdata.sources.photos import make_source
 
 
-@functools.lru_cache(maxsize=None)
-def _small_data() -> tuple[str, str]:
-    """Made once per process (test_synth and test_compare import these fixtures)."""
-    root = tempfile.mkdtemp(prefix="vlmdata-test-profile-")
-    src = make_source(os.path.join(root, "photos"), n_single=8, n_multi=3, seed=7)
-    path = os.path.join(root, "profile.json")
-    write_profile(profile_dataset(src, ProfileOptions(decode_images=6, decode_repeats=1)), path)
-    return src, path
-
-
-@pytest.fixture(scope="session")
-def tok():
-    return get_tokenizer(None)
-
-
-@pytest.fixture(scope="session")
-def small_source():
-    """A real-photo LLaVA source: 8 single, 3 multi-image samples, one PNG page, two bad inputs."""
-    return _small_data()[0]
-
-
-@pytest.fixture(scope="session")
-def small_profile():
-    return _small_data()[1]
-
-
 def test_visual_tokens_known_values():
     # REFERENCE section 7: Qwen3-VL at Bridge limits, COCO 480x640 -> 300, the mock 256x256 -> 196
     assert visual_tokens(480, 640, "qwen3-vl") == 300

@@ -195,7 +195,7 @@ def test_cli_s3_round_trip_never_writes_credentials(s3, tmp_path, photos):
     assert storage.redact(f"s3://{KEY_ID}:{SECRET}@bucket/x?token=abc") == "s3://bucket/x"
 
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAMPLE_SHARDS = os.path.join(REPO, "sample_shards")
 
 

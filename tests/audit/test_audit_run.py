@@ -244,7 +244,7 @@ def test_two_ranks_under_torchrun(tmp_path):
     import subprocess
     import sys
 
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    env = {**os.environ, "PYTHONPATH": os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "helpers") + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "vlmdata",
            # micro-batch 4: rank 0's 45 samples make a 12-step epoch, rank 1's 44 an 11-step one
