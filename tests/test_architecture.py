@@ -180,3 +180,32 @@ def test_every_user_facing_error_derives_from_vlmdata_error():
     for cls in (AuditError, LogError, BuildError, EngineError, UserError, ManifestError, OptionsError,
                 BadSampleError, EmptyEpochError, ProfileError, SourceError, StorageError):
         assert issubclass(cls, VlmdataError), cls
+
+
+def test_function_level_imports_say_why():
+    """A vlmdata import inside a function exists only to keep a heavy stack out of a light start-up (or an
+    optional dependency out of the default path); its block carries a comment saying so."""
+    unexplained = []
+    for mod, path in sorted(_modules().items()):
+        src = open(path, encoding="utf-8").read()
+        lines = src.split("\n")
+        tree = ast.parse(src)
+        top = {id(n) for n in tree.body}
+        for n in tree.body:  # `try: import x` / `if TYPE_CHECKING:` at module level are module level
+            if isinstance(n, (ast.If, ast.Try)):
+                top |= {id(m) for m in ast.walk(n)}
+        for node in ast.walk(tree):
+            if id(node) in top or not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            name = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+            if not (getattr(node, "level", 0) or (name or "").startswith("vlmdata")):
+                continue
+            i = node.lineno - 1
+            block = [lines[i]]
+            while i > 0 and lines[i - 1].strip().startswith(("from ", "import ")):
+                i -= 1
+                block.append(lines[i])
+            block.append(lines[i - 1] if i > 0 else "")
+            if not any("#" in line for line in block):
+                unexplained.append(f"{mod}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert unexplained == [], "function-level imports without a reason:\n" + "\n".join(unexplained)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vlmdata.errors import VlmdataError
-from vlmdata.synthetic.mocks import BRIDGE_NOISE, IMAGEFREE, IMAGEFREE_FIXED
+from vlmdata.synthetic.names import BRIDGE_NOISE, IMAGEFREE, IMAGEFREE_FIXED
 
 REAL, SYNTHETIC = "real", "synthetic"
 SOURCES = (IMAGEFREE, BRIDGE_NOISE, SYNTHETIC, REAL)  # the default set, in the default order
@@ -132,6 +132,7 @@ def prepare_input(name: str, shards: list[str], *, profile: str | None = None, s
 
 def _profile_shards(profile: str, seed: int, work: str) -> str:
     """The profile's synthetic samples (one per stored row) written as shards, like ``vlmdata synth``."""
+    # the build / profile / synthetic stack: imported when a profile is given, not by `vlmdata audit --help`
     from vlmdata.build.builder import write_dataset
     from vlmdata.profile.measure import ProfileError, load_profile
     from vlmdata.synthetic.source import SyntheticSource

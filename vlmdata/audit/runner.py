@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+from vlmdata import __version__, sample_data_path
 from vlmdata.audit.distributed import agree_max, agree_min
 from vlmdata.audit.inputs import MOCKS, REAL, SOURCES, AuditError, Input, check_sources, prepare_input, real_shards
 from vlmdata.audit.verdict import DEFAULT_THRESHOLD, PROXY_TOLERANCE, settled
@@ -57,7 +58,6 @@ __all__ = ["AuditConfig", "AuditError", "run_audit", "SOURCES", "MOCKS"]
 
 def default_real() -> str:
     """The embedded sample dataset (real photographs; see its README), in a checkout or an installed wheel."""
-    from vlmdata import sample_data_path
 
     try:
         return sample_data_path()
@@ -218,8 +218,6 @@ def census(name: str, loader, steps: int, workload) -> _Census:
 def environment(device: str) -> dict:
     import numpy
     import transformers
-
-    from vlmdata import __version__
 
     dev = torch.device(device)
     env = {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__,

@@ -33,9 +33,11 @@ from dataclasses import replace
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from vlmdata.audit.distributed import GradAllReduce, shard_fsdp
 from vlmdata.audit.flops import count_tokens, step_flops
 from vlmdata.audit.inputs import AuditError
-from vlmdata.audit.model import IMAGE_TOKEN_ID
+from vlmdata.audit.model import IMAGE_TOKEN_ID, build_model, model_summary
+from vlmdata.audit.step import LossForward, TrainStep
 
 
 def _visual(batch: dict, key: str):
@@ -119,8 +121,6 @@ class ReferenceWorkload:
 
     def __init__(self, preset: str, device: str, logits: str, dist=None, seed: int = 0, *,
                  freeze_vision: bool = False, recompute: str = "none", parallel: str = "ddp"):
-        from vlmdata.audit.model import build_model, model_summary
-        from vlmdata.audit.step import TrainStep
 
         if parallel not in PARALLEL:
             raise AuditError(f"parallel must be one of {', '.join(PARALLEL)}, got {parallel!r}")
@@ -137,15 +137,12 @@ class ReferenceWorkload:
                         "parallel": parallel if dist is not None and dist.world_size > 1 else None}
         sync, optimizer, forward = None, None, None
         if fsdp:
-            from vlmdata.audit.distributed import shard_fsdp
-            from vlmdata.audit.step import LossForward
 
             forward = LossForward(self.model, logits)
             shard_fsdp(forward, torch.bfloat16 if cuda else torch.float32)
             optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=1e-4,
                                           weight_decay=0.0)
         elif dist is not None and dist.world_size > 1:
-            from vlmdata.audit.distributed import GradAllReduce
 
             sync = GradAllReduce(self.model, dist)
         self.step = TrainStep(self.model, optimizer, logits=logits, after_backward=sync, forward_module=forward)

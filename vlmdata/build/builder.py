@@ -44,6 +44,7 @@ from typing import Callable, Iterable, Iterator
 
 from vlmdata import storage
 from vlmdata.build.engines import Engine, EngineError, LocalEngine, engine_context
+from vlmdata.build.engines.ray_engine import import_ray
 from vlmdata.dataset.images import (
     DEFAULT_MAX_IMAGE_PIXELS,
     TAIL_BYTES,
@@ -54,7 +55,7 @@ from vlmdata.dataset.images import (
     reencode,
     upright,
 )
-from vlmdata.dataset.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, Accounting, write_manifest
+from vlmdata.dataset.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, Accounting, sha256_file, write_manifest
 from vlmdata.dataset.schema import (
     FORMAT_EXT,
     ImageInfo,
@@ -69,6 +70,7 @@ from vlmdata.dataset.tar import END_BYTES
 from vlmdata.errors import VlmdataError
 from vlmdata.sources import SourceError, SourceItem, open_source, source_fingerprint
 from vlmdata.sources.base import MAX_IMAGE_BYTES
+from vlmdata.sources.jsonrecords import sniff
 
 STATE_DIR = ".vlmdata-build"
 LOCK_NAME = ".vlmdata.lock"
@@ -545,7 +547,6 @@ def _record(data: dict) -> ShardRecord | None:
 def _verified_local_records(out: str, state: str, prefix: str) -> list[ShardRecord]:
     """Records in ``state`` whose shard in ``out`` has the recorded size and sha256, in order; shard files
     and records past the first bad one are removed."""
-    from vlmdata.dataset.manifest import sha256_file
 
     records = []
     n = 0
@@ -721,7 +722,6 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
     if energon_target not in ("vlmdata", "bridge"):
         raise BuildError(f"`energon_target` must be 'vlmdata' or 'bridge', not {energon_target!r}")
     if engine == "ray":  # fail before touching OUT
-        from vlmdata.build.engines.ray_engine import import_ray
 
         import_ray()
     try:
@@ -849,7 +849,6 @@ def _hints(counts: Counter, manifest: dict, source: str | None, opts: BuildOptio
         hints.append({"param": "allow_outside_root", "why": "records point to images outside the source root; "
                       "allow it if you trust the records"})
     if fmt in ("llava", "messages") and source and (counts.get("bad_record") or counts.get("bad_json")):
-        from vlmdata.sources.jsonrecords import sniff
 
         try:
             looks = sniff(storage.local(source))

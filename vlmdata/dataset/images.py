@@ -37,7 +37,6 @@ import math
 import warnings
 from dataclasses import dataclass
 
-import numpy as np
 from PIL import Image, ImageOps
 
 from vlmdata.dataset.schema import FORMAT_EXT
@@ -334,21 +333,23 @@ def upright(data: bytes, quality: int = 95) -> tuple[bytes, str, int, int]:
 # ----------------------------------------------------------------------------- JPEG facts (header only)
 
 # IJG (libjpeg) standard luminance table, natural (row-major) order, as Pillow reports it
-_IJG_LUMA = np.array([
+_IJG_LUMA = (
     16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55,
     14, 13, 16, 24, 40, 57, 69, 56, 14, 17, 22, 29, 51, 87, 80, 62,
     18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
-    49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99], dtype=np.float64)
+    49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99)
 _SAMPLING_NAMES = {(1, 1): "4:4:4", (2, 1): "4:2:2", (2, 2): "4:2:0", (1, 2): "4:4:0", (4, 1): "4:1:1"}
 
 
 def quality_from_table(table) -> int:
     """The IJG quality (1..100) whose scaled standard luma table is nearest to ``table``."""
+    import numpy as np  # only here: `vlmdata build --help` and the build's workers stay without numpy
+
     t = np.asarray(list(table), dtype=np.float64)
     best_q, best_err = 90, math.inf  # libjpeg's default quality when nothing fits better
     for q in range(1, 101):
         scale = 5000 // q if q < 50 else 200 - 2 * q  # libjpeg jpeg_quality_scaling
-        ref = np.clip(np.floor((_IJG_LUMA * scale + 50) / 100), 1, 255)
+        ref = np.clip(np.floor((np.asarray(_IJG_LUMA, dtype=np.float64) * scale + 50) / 100), 1, 255)
         err = float(np.abs(np.log(ref) - np.log(np.maximum(t, 1))).sum())
         if err < best_err:
             best_q, best_err = q, err

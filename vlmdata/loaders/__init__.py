@@ -8,18 +8,22 @@ pack; ``VlmdataDatasetProvider`` (bridge, imports Bridge lazily) plugs into ``Co
 
 def __getattr__(name):  # lazy: importing vlmdata.loaders stays cheap (no torch/transformers)
     if name in ("make_loader", "VlmLoader", "process_samples"):
+        # lazy re-export: importing vlmdata.loaders stays cheap (no torch/transformers)
         from vlmdata.loaders import api
 
         return getattr(api, name)
     if name in ("ChatTokenizer",):
+        # lazy re-export: importing vlmdata.loaders stays cheap (no torch/transformers)
         from vlmdata.qwen.tokenize import ChatTokenizer
 
         return ChatTokenizer
     if name in ("VisualInputs", "Collator"):
+        # lazy re-export: importing vlmdata.loaders stays cheap (no torch/transformers)
         from vlmdata.loaders import collate
 
         return getattr(collate, name)
     if name in ("BadSampleError",):
+        # lazy re-export: importing vlmdata.loaders stays cheap (no torch/transformers)
         from vlmdata.dataset.reader import BadSampleError
 
         return BadSampleError

@@ -29,7 +29,8 @@ from vlmdata.loaders.pipeline import Consumed, Plan, Stats, check_epoch
 from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
 from vlmdata.qwen.tokenize import ChatTokenizer
 from vlmdata.qwen.vision import preprocess_any, preprocess_shape
-from vlmdata.synthetic.mocks import IMAGEFREE, IMAGEFREE_FIXED, MOCKS
+from vlmdata.synthetic.names import IMAGEFREE, IMAGEFREE_FIXED, MOCKS
+from vlmdata.synthetic.source import MockSource, SyntheticSource
 
 PROCESSOR_MODES = (*IMAGE_MODES, "device")  # + "device": decode left to the training device (image_device)
 
@@ -53,11 +54,9 @@ def open_source(source, seed: int):
         return "shards", [os.fspath(p) for p in source]
     source = os.fspath(source)
     if source in MOCKS or source == IMAGEFREE_FIXED:
-        from vlmdata.synthetic.source import MockSource
 
         return "source", MockSource(IMAGEFREE if source == IMAGEFREE_FIXED else source, seed)
     if source.endswith(".json") and os.path.isfile(source):
-        from vlmdata.synthetic.source import SyntheticSource
 
         return "source", SyntheticSource(source, seed)
     return "shards", resolve_shards(source)

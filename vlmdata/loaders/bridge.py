@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from vlmdata.dataset.reader import BadSampleError, ShardReader, parse_raw, record_skip
 from vlmdata.loaders.options import LoaderOptions
 from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS
 
@@ -79,7 +80,6 @@ class MapDataset:
         return self._perm[epoch]
 
     def __getitem__(self, i: int):
-        from vlmdata.dataset.reader import BadSampleError, ShardReader, record_skip
 
         epoch, j = divmod(int(i), self.n)
         order = self._order(epoch)
@@ -93,7 +93,6 @@ class MapDataset:
                 ref = self.refs[idx]
                 if ref.error is not None:
                     raise BadSampleError(ref.error[1], key=ref.key, reason=ref.error[0])
-                from vlmdata.dataset.reader import parse_raw
 
                 return self.processor(parse_raw(self._reader.read(ref), ref.key))
             except BadSampleError as e:
@@ -157,6 +156,7 @@ class VlmdataDatasetProvider(_Base):
                 import torch
 
                 rank, world = torch.distributed.get_rank(dp), torch.distributed.get_world_size(dp)
+            # torch: imported when Bridge builds the datasets, not when the provider is configured
             from vlmdata.loaders.api import make_loader
 
             def it(source):

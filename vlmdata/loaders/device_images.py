@@ -31,6 +31,7 @@ from PIL import Image
 from vlmdata.loaders.collate import (
     DEFERRED_KEY,  # batch key: [(kind, payload, (th, tw))] in image order; finish_batch removes it
 )
+from vlmdata.qwen.image import decode_jpeg_gpu
 from vlmdata.qwen.spec import QwenSpec, get_spec
 from vlmdata.qwen.vision import target_size
 
@@ -55,7 +56,6 @@ def defer_image(data, spec: QwenSpec, min_pixels: int, max_pixels: int, resize: 
 
 def nvjpeg_decoder(device: str) -> Callable[[list[bytes]], list[torch.Tensor]]:
     """Batched nvJPEG decode -> uint8 (3, H, W) tensors on ``device`` (needs torchvision and CUDA)."""
-    from vlmdata.qwen.image import decode_jpeg_gpu
 
     return lambda data: decode_jpeg_gpu(data, device)
 

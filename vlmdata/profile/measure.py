@@ -50,6 +50,8 @@ from vlmdata.qwen.spec import (
     shipped_tokenizer_dir,
 )
 from vlmdata.qwen.spec import visual_tokens as qwen_visual_tokens
+from vlmdata.sources import SourceError, open_source
+from vlmdata.sources.base import MAX_IMAGE_BYTES
 
 PROFILE_SCHEMA = "vlmdata.profile/1"
 DEFAULT_CAP = 20_000
@@ -132,7 +134,7 @@ def tokenizer_for_profile(profile: dict, override: str | None = None):
     rec = profile.get("tokenizer") or {}
     path = override or rec.get("path")
     if override is None and path and not os.path.isdir(path):
-        raise ProfileError(f"the profile's tokenizer {path} is not on this machine; pass --tokenizer")
+        raise ProfileError(f"the profile's tokenizer {path} is not on this machine; pass `tokenizer`")
     return get_tokenizer(path)
 
 
@@ -247,8 +249,6 @@ def open_input(path: str, opts: ProfileOptions) -> tuple[dict, Iterator[InputSam
 
 def _open_source_input(path: str, shown: str, opts: ProfileOptions,
                        skipped: Counter) -> tuple[dict, Iterator[InputSample], Counter]:
-    from vlmdata.sources import SourceError, open_source
-    from vlmdata.sources.base import MAX_IMAGE_BYTES
 
     try:
         fmt, items = open_source(path, opts.format, image_root=opts.image_root, prompt=opts.prompt)

@@ -32,7 +32,7 @@ def plot_profiles(profiles: list[dict], path: str, labels: list[str] | None = No
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ProfileError("--plot needs matplotlib (pip install 'vlmdata[plot]')") from None
+        raise ProfileError("`plot` needs matplotlib (pip install 'vlmdata[plot]')") from None
     labels = labels or [f"profile {i}" for i in range(len(profiles))]
     values = [_values(p) for p in profiles]
     fig, axes = plt.subplots(2, 4, figsize=(17, 7.5))

@@ -33,7 +33,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vlmdata.qwen.spec import CONTROL_TOKEN, IMAGE_PAD, VISION_END, VISION_START, QwenSpec, get_spec
+from vlmdata.qwen.spec import (
+    CONTROL_TOKEN,
+    IMAGE_PAD,
+    QWEN2_VL_CHAT_TEMPLATE,
+    VISION_END,
+    VISION_START,
+    QwenSpec,
+    get_spec,
+    load_qwen_tokenizer,
+)
 
 IGNORE_INDEX = -100
 DEFAULT_SYSTEM = "You are a helpful assistant."
@@ -51,7 +60,6 @@ def default_system_of_template(template: str | None) -> str | None:
     """The system prompt a Qwen chat template inserts when the conversation has none (rendered, not
     guessed): the Qwen2/2.5-VL template inserts "You are a helpful assistant.", Qwen3-VL's none."""
     if template is None:
-        from vlmdata.qwen.spec import QWEN2_VL_CHAT_TEMPLATE
 
         template = QWEN2_VL_CHAT_TEMPLATE
     import jinja2
@@ -119,7 +127,6 @@ class ChatTokenizer:
     def __init__(self, tokenizer=None, model: str | QwenSpec = "qwen3-vl", chat_template: str | None = None,
                  default_system=_UNSET):
         if tokenizer is None:
-            from vlmdata.qwen.spec import load_qwen_tokenizer
 
             tokenizer = load_qwen_tokenizer()
         self.tokenizer = tokenizer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from vlmdata.dataset.schema import user_assistant
 from vlmdata.errors import VlmdataError
 
 ROLE_MAP = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
@@ -76,6 +77,5 @@ def content_parts(items: list) -> list[dict]:
 
 
 def caption_conversation(caption: str, prompt: str, n_images: int = 1) -> list[dict]:
-    from vlmdata.dataset.schema import user_assistant
 
     return user_assistant(prompt, caption.strip(), n_images)

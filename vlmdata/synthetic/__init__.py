@@ -7,10 +7,26 @@ a ``detail`` knob), encodes them to a target byte size with the requested chroma
 progressive mode (``jpeg``), and serves them through a reusable pool (``images``).
 """
 
-from vlmdata.dataset.images import jpeg_info, quality_from_table
-from vlmdata.synthetic.images import ImagePool, SyntheticImage, detail_for, make_image
-from vlmdata.synthetic.jpeg import Encoded, encode, encode_to_target, search_to_target
-from vlmdata.synthetic.pixels import FieldBank, render, render_rgb, snap_detail
+import importlib
+
+# public name -> defining module; resolved on first use (PEP 562) so that the light ``synthetic.names``
+# does not pull numpy and Pillow into the CLI's start-up
+_EXPORTS = {
+    "Encoded": "vlmdata.synthetic.jpeg", "encode": "vlmdata.synthetic.jpeg", "encode_to_target": "vlmdata.synthetic.jpeg",
+    "search_to_target": "vlmdata.synthetic.jpeg", "jpeg_info": "vlmdata.dataset.images",
+    "quality_from_table": "vlmdata.dataset.images", "FieldBank": "vlmdata.synthetic.pixels",
+    "render": "vlmdata.synthetic.pixels", "render_rgb": "vlmdata.synthetic.pixels", "snap_detail": "vlmdata.synthetic.pixels",
+    "ImagePool": "vlmdata.synthetic.images", "SyntheticImage": "vlmdata.synthetic.images",
+    "detail_for": "vlmdata.synthetic.images", "make_image": "vlmdata.synthetic.images",
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vlmdata.synthetic' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "Encoded",

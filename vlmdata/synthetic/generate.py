@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vlmdata.dataset.schema import FORMAT_EXT, ImageInfo, Sample
+from vlmdata.profile.measure import profile_sha256, sample_rows, tokenizer_for_profile, validate_profile
 from vlmdata.synthetic import pixels
 from vlmdata.synthetic.images import SyntheticImage, detail_for
 from vlmdata.synthetic.jpeg import DEFAULT_QUALITY, SUBSAMPLINGS, Encoded, search_to_target
@@ -164,7 +165,6 @@ class ProfileGenerator:
     """Builds sample ``i`` of the synthetic twin of a profile (thread-safe, deterministic)."""
 
     def __init__(self, profile: dict, seed: int = 0, tokenizer=None, *, variants: int = 0, sha256: str | None = None):
-        from vlmdata.profile.measure import profile_sha256, sample_rows, tokenizer_for_profile, validate_profile
 
         validate_profile(profile)
         self.profile = profile

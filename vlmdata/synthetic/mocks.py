@@ -23,7 +23,9 @@ import numpy as np
 from PIL import Image
 
 from vlmdata.dataset.schema import ImageInfo, Sample
+from vlmdata.profile.measure import get_tokenizer, profile_sha256, sample_rows, tokenizer_for_profile, validate_profile
 from vlmdata.synthetic.generate import RowPicker, conversation, mix
+from vlmdata.synthetic.names import BRIDGE_NOISE, IMAGEFREE, IMAGEFREE_FIXED, MOCKS  # noqa: F401  (re-exported)
 from vlmdata.synthetic.text import TextMaker
 
 # Verbatim from megatron/bridge/data/builders/mock_vlm_sft.py (_MOCK_RESPONSE_VOCABULARY): 110 words.
@@ -41,9 +43,6 @@ BRIDGE_VOCABULARY = tuple((
 BRIDGE_PROMPT = "Describe this image."
 BRIDGE_IMAGE_SIZE = (256, 256)  # (width, height) as Bridge's config.image_size is unpacked
 BRIDGE_NUM_BASE_EXAMPLES = 1000
-IMAGEFREE, BRIDGE_NOISE = "imagefree", "bridge-noise"
-MOCKS = (IMAGEFREE, BRIDGE_NOISE)  # the mock generators (the one definition of their names)
-IMAGEFREE_FIXED = "imagefree-fixed"  # the image-free mock with fixed-length text (16-token prompt, 256-token answer)
 IMAGEFREE_PROMPT_TOKENS = 16
 IMAGEFREE_ANSWER_TOKENS = 256
 
@@ -108,13 +107,6 @@ class ImageFree:
 
     def __init__(self, seed: int = 0, tokenizer=None, *, profile: dict | None = None,
                  prompt_tokens: int = IMAGEFREE_PROMPT_TOKENS, answer_tokens: int = IMAGEFREE_ANSWER_TOKENS):
-        from vlmdata.profile.measure import (
-            get_tokenizer,
-            profile_sha256,
-            sample_rows,
-            tokenizer_for_profile,
-            validate_profile,
-        )
 
         if prompt_tokens < 0 or answer_tokens < 1:
             raise ValueError("need prompt_tokens >= 0 and answer_tokens >= 1")

@@ -14,6 +14,7 @@ from itertools import count, islice
 from typing import Iterator
 
 from vlmdata.dataset.schema import Sample
+from vlmdata.profile.measure import load_profile
 from vlmdata.synthetic.generate import ProfileGenerator
 from vlmdata.synthetic.images import ImagePool
 from vlmdata.synthetic.mocks import MOCKS, BridgeNoise, ImageFree
@@ -76,7 +77,6 @@ class SyntheticSource(_Base):
     def __init__(self, profile, seed: int = 0, pool: ImagePool | None = None, *, tokenizer=None, variants: int = 1,
                  threads: int = 0, prefetch: int = 16, pool_bytes: int = 1 << 30):
         if isinstance(profile, (str, bytes)) or hasattr(profile, "__fspath__"):
-            from vlmdata.profile.measure import load_profile
 
             profile = load_profile(profile)
         self.gen = ProfileGenerator(profile, seed, tokenizer, variants=variants)
@@ -117,7 +117,6 @@ class MockSource(_Base):
         else:
             prof = options.pop("profile", None)
             if isinstance(prof, (str, bytes)) or hasattr(prof, "__fspath__"):
-                from vlmdata.profile.measure import load_profile
 
                 prof = load_profile(prof)
             self.impl = ImageFree(seed, profile=prof, **options)

@@ -146,9 +146,10 @@ class LocalEngine(Engine):
 def get_engine(name: str = "local", *, workers: int = 1, address: str | None = None, max_retries: int = 3) -> Engine:
     if name == "local":
         if address:
-            raise EngineError("--address is for --engine ray")
+            raise EngineError("`address` is for `engine` ray")
         return LocalEngine(workers)
     if name == "ray":
+        # Ray is optional: imported only when the ray engine is chosen
         from vlmdata.build.engines.ray_engine import RayEngine
 
         return RayEngine(address=address, workers=workers, max_retries=max_retries)

@@ -18,7 +18,7 @@ from collections import deque
 
 from vlmdata.build.engines import Engine, EngineError
 
-INSTALL_HINT = "--engine ray needs Ray: pip install 'vlmdata[ray]'"
+INSTALL_HINT = "`engine` ray needs Ray: pip install 'vlmdata[ray]'"
 RETRY_EXCEPTIONS = [OSError, ConnectionError, TimeoutError]
 
 

@@ -86,6 +86,7 @@ def _sweep_item(text: str) -> str:
 
 
 def add_parser(sub):
+    # imported when the command runs: `vlmdata --help` and this command's --help stay light
     from vlmdata.audit.inputs import ALL_SOURCES, SOURCES
 
     p = sub.add_parser("audit", help="measure the mock-vs-real training throughput gap; exit 3 if misleading",
@@ -207,6 +208,7 @@ def config_from(args):
     """The ``AuditConfig`` of the command line (device-dependent defaults filled in)."""
     import torch
 
+    # imported when the command runs: `vlmdata --help` and this command's --help stay light
     from vlmdata.audit.runner import AuditConfig
 
     cuda = torch.device(args.device).type == "cuda"
@@ -236,6 +238,7 @@ def run(args) -> int:
         return run_compare(args)
     import torch
 
+    # imported when the command runs: `vlmdata --help` and this command's --help stay light
     from vlmdata.audit.distributed import gather, init_distributed, shutdown
     from vlmdata.audit.inputs import AuditError
     from vlmdata.audit.report import build_report
@@ -275,6 +278,7 @@ def run(args) -> int:
 
 
 def _sweep(cfg, args, info, build, bar, show_progress) -> dict:
+    # imported when the command runs: `vlmdata --help` and this command's --help stay light
     from vlmdata.audit.decisions import label
     from vlmdata.audit.sweep import parse_sweep, run_sweep
 
@@ -328,6 +332,7 @@ def run_compare(args) -> int:
 
 
 def _emit(report: dict, args) -> None:
+    # imported when the command runs: `vlmdata --help` and this command's --help stay light
     from vlmdata.audit.report import write_report
 
     if args.out:
@@ -338,6 +343,7 @@ def _emit(report: dict, args) -> None:
         return
     if not getattr(args, "quiet", False):
         if report.get("kind") == "sweep":
+            # imported when the command runs: `vlmdata --help` and this command's --help stay light
             from vlmdata.audit.report import decision_rows, sweep_rows
 
             for title, (head, rows) in (("configurations", sweep_rows(report)), ("decisions", decision_rows(report))):

@@ -52,6 +52,7 @@ def add_parser(sub):
 
 
 def _samples(dataset, n):
+    # imported when the command runs: `vlmdata --help` and this command's --help stay light
     from vlmdata.dataset.reader import parse_raw
     from vlmdata.dataset.tar import iter_shard
     from vlmdata.loaders.api import resolve_shards
@@ -117,6 +118,7 @@ def _energon_rate(bridge, dataset, proc, model, mbs, seq_length, n_samples):
     """samples/s of Bridge's Energon path: energon.get_train_dataset (no shuffle) + QwenVLTaskEncoder
     (its defaults: max_visual_tokens=16384, so every image is also run through the processor once to count
     tokens, then qwen2_5_collate_fn), one process, reading the dataset's own .nv-meta."""
+    # imported when the command runs: `vlmdata --help` and this command's --help stay light
     from vlmdata.qwen.spec import get_spec
 
     e = bridge["energon"]
@@ -153,6 +155,7 @@ def bench_loader(dataset, model="qwen3-vl", samples=64, mbs=4, seq_length=4096, 
 
     import torch
 
+    # imported when the command runs: `vlmdata --help` and this command's --help stay light
     from vlmdata.baselines.bridge_hf import BridgeReference
     from vlmdata.loaders.api import make_loader
     from vlmdata.qwen.spec import build_qwen_processor, load_qwen_tokenizer

@@ -68,6 +68,7 @@ def run(args) -> int:
             pb, kb = load_side(args.b, _opts(pa, args), advance)
     res = compare(pa, pb, th)
     if args.plot:
+        # imported when the command runs: `vlmdata --help` and this command's --help stay light
         from vlmdata.profile.plots import plot_profiles
 
         plot_profiles([pa, pb], args.plot, ["A " + args.a, "B " + args.b], title="vlmdata compare")

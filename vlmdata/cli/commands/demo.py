@@ -22,6 +22,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
+    # imported when the command runs: `vlmdata --help` and this command's --help stay light
     from vlmdata.cli.commands import build as build_cmd
     from vlmdata.cli.commands import inspect as inspect_cmd
     from vlmdata.cli.commands import validate as validate_cmd

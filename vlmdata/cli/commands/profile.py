@@ -15,7 +15,6 @@ from vlmdata.profile.measure import (
     DEFAULT_CAP,
     DEFAULT_DECODE_IMAGES,
     MODELS,
-    ProfileError,
     ProfileOptions,
     profile_dataset,
     write_profile,
@@ -84,15 +83,14 @@ def _run(args) -> int:
             prof = profile_dataset(args.input, opts, progress=advance)
         sha = write_profile(prof, args.out)
         if args.plot:
+            # imported when the command runs: `vlmdata --help` and this command's --help stay light
             from vlmdata.profile.plots import plot_profiles
             from vlmdata.storage import redact
 
             shown = redact(args.input)  # never a credential in a picture
             plot_profiles([prof], args.plot, [os.path.basename(os.path.normpath(shown))],
                           title=f"{shown} ({prof['model']['name']})")
-    except ProfileError as e:
-        raise UserError(escape(storage.redact_text(e))) from None
-    except OSError as e:  # the plot file
+    except OSError as e:  # the plot file (a ProfileError is printed by vlmdata.cli.main)
         raise UserError(escape(f"{args.plot}: {e.strerror or e}")) from None
     s, d = prof["summary"], prof["decode"]
     if args.json:

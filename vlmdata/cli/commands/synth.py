@@ -72,6 +72,7 @@ def _size(text: str) -> tuple[int, int]:
 
 def make_source(args):
     """(source, options dict) for the arguments (the in-process source that the shards are ``take(n)`` of)."""
+    # imported when the command runs: `vlmdata --help` and this command's --help stay light
     from vlmdata.synthetic.source import MockSource, SyntheticSource
 
     threads = max(0, args.workers if args.workers > 1 else 0)
