@@ -148,12 +148,6 @@ def _jpeg_walk(data: bytes, limit: int) -> tuple[int, int, int, int] | None:
     return (*size, orientation, i) if size else None
 
 
-def fast_header(data: bytes) -> tuple[str, int, int] | None:
-    """Format and size of baseline JPEG and PNG without Pillow; None means: ask Pillow."""
-    h = _fast(data)
-    return (h[0], h[1], h[2]) if h else None
-
-
 def _fast(data: bytes) -> tuple[str, int, int, int, int] | None:
     """(format, width, height, orientation, position after which the end marker must lie) or None."""
     limit = data.head if isinstance(data, Sparse) else len(data)

@@ -77,8 +77,6 @@ class Sample:
         return out
 
 
-
-
 class BadJSON(VlmdataError, ValueError):
     """Untrusted JSON that cannot be used: syntax, encoding, nesting depth, integer length."""
 
@@ -207,16 +205,6 @@ def count_image_parts(conversation: list[dict]) -> int:
         for part in (turn.get("content") if isinstance(turn.get("content"), list) else [])
         if isinstance(part, dict) and part.get("type") == "image"
     )
-
-
-def conversation_texts(conversation: list[dict]) -> list[tuple[str, str]]:
-    """(role, text) for every text part, in order."""
-    out = []
-    for turn in conversation:
-        for part in turn.get("content", []):
-            if part.get("type") == "text":
-                out.append((turn["role"], part["text"]))
-    return out
 
 
 def conversation_problem(conversation: Any) -> tuple[str, str] | None:

@@ -25,7 +25,7 @@ import os
 import platform
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Iterator
 
@@ -590,10 +590,6 @@ def load_profile(path: str) -> dict:
     return p
 
 
-def clean(profile: dict) -> dict:
-    return {k: v for k, v in profile.items() if not k.startswith("_")}
-
-
 def sample_rows(profile: dict) -> list[dict]:
     """Stored rows as dicts: sample columns plus ``images``, a list of image-row dicts."""
     s, im = profile["rows"]["samples"], profile["rows"]["images"]
@@ -603,10 +599,6 @@ def sample_rows(profile: dict) -> list[dict]:
         imgs = [{k: im[k][j] for k in IMAGE_COLUMNS} for j in range(a, a + s["n_images"][i])]
         out.append({**{k: s[k][i] for k in SAMPLE_COLUMNS}, "images": imgs})
     return out
-
-
-def options_dict(opts: ProfileOptions) -> dict:
-    return asdict(opts)
 
 
 def metric_values(profile: dict) -> dict[str, list[float]]:
