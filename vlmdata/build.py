@@ -279,7 +279,7 @@ def _write_remote(plan: ShardPlan, out: str, staging: str, fsync: bool = False) 
 
 def _upload_shard(rec: ShardRecord, staging: str, out: str, no: int) -> None:
     storage.put(os.path.join(staging, rec.name), storage.join(out, rec.name))
-    storage.write_json(storage.join(out, STATE_DIR, f"{no:06d}.json"), asdict(rec))
+    storage.write_json(storage.join(out, STATE_DIR, f"{no:06d}.json"), rec.state_dict())
 
 
 def _pack(results: Iterable[tuple[int, Entry | dict]], planner: Planner, writer: Callable, engine: Engine,
@@ -622,10 +622,11 @@ def default_staging(out: str) -> str:
 def _energon(root: str, records: list[ShardRecord], energon: bool, workers: int, target: str) -> dict | None:
     if not (energon and records):
         return None
-    from .energon import prepare_energon  # heavy (megatron-energon): only when metadata is written
+    from .energon import prepare_energon  # only when metadata is written
 
     try:
-        return prepare_energon(root, [r.name for r in records], workers=max(1, workers), target=target)
+        return prepare_energon(root, [r.name for r in records], workers=max(1, workers), target=target,
+                               layouts={r.name: r.layout for r in records if r.layout is not None})
     except OSError:
         raise
     except Exception as e:  # noqa: BLE001 - Energon's own errors: the shards are there, resume redoes this step
@@ -635,13 +636,14 @@ def _energon(root: str, records: list[ShardRecord], energon: bool, workers: int,
 
 def _finish_remote(out: str, staging: str, records: list[ShardRecord], manifest_args: dict, energon: bool,
                    workers: int, energon_target: str) -> dict:
-    """Index the shards with Energon in staging (fetching any not staged here), upload the index and
+    """Index the shards in staging (from their recorded layouts; a resumed shard not staged here is fetched
+    to read its headers), upload the index and
     metadata, then manifest.json last: its presence in OUT marks a complete dataset."""
     os.makedirs(staging, exist_ok=True)
     for r in records:
         p = os.path.join(staging, r.name)
-        if energon and (not os.path.exists(p) or os.path.getsize(p) != r.bytes):
-            storage.get(storage.join(out, r.name), p)  # written on another node: fetch it for indexing
+        if energon and r.layout is None and (not os.path.exists(p) or os.path.getsize(p) != r.bytes):
+            storage.get(storage.join(out, r.name), p)  # no layout (resumed) and not staged here: fetch it to index
     record = _energon(staging, records, energon, workers, energon_target)
     manifest = write_manifest(staging, **manifest_args, extra={"energon": record})
     if record is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Union
 
 from .schema import Sample, dumps, key_runs
@@ -75,6 +75,13 @@ class ShardRecord:
     skipped: list[dict] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)  # every file suffix that occurs ("json", "0.jpg", ...)
     key_runs: list[list] | None = None  # the keys as [first_key, count] runs (manifest.key_runs)
+    # (member name, data size) in tar order: what the Energon index needs (vlmdata.energon_index). Known
+    # only to the process that wrote the shard; never in the state folder (a resumed shard is scanned).
+    layout: list[tuple[str, int]] | None = None
+
+    def state_dict(self) -> dict:
+        """What the state folder records (everything but the layout)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "layout"}
 
     def manifest_entry(self) -> dict:
         e = {k: getattr(self, k) for k in ("name", "samples", "images", "bytes", "sha256", "first_key", "last_key")}
@@ -146,11 +153,14 @@ def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: boo
     """
     path = os.path.join(out_dir, plan.name)
     parts: set[str] = set()
+    layout: list[tuple[str, int]] = []
     images = image_bytes = 0
     with open(path + ".tmp", "wb", buffering=1 << 20) as f:
         w = TarWriter(f)
         for e in plan.entries:
-            w.add(f"{e.key}.json", e.meta)
+            name = f"{e.key}.json"
+            w.add(name, e.meta)
+            layout.append((name, len(e.meta)))
             parts.add("json")
             for suffix, payload, size in e.images:
                 if isinstance(payload, str):
@@ -163,7 +173,9 @@ def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: boo
                             raise SourceChanged(f"{e.key}: an input image grew while building (was {size} bytes)") from None
                     if len(payload) != size:
                         raise SourceChanged(f"{e.key}: an input image changed while building ({size} -> {len(payload)} bytes)")
-                w.add(f"{e.key}.{suffix}", payload)
+                name = f"{e.key}.{suffix}"
+                w.add(name, payload)
+                layout.append((name, len(payload)))
                 parts.add(suffix)
                 images += 1
                 image_bytes += size
@@ -179,7 +191,7 @@ def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: boo
                       first_key=plan.entries[0].key, last_key=plan.entries[-1].key, start_index=plan.start_index,
                       end_index=plan.end_index, image_bytes=image_bytes, skipped=plan.skipped,
                       parts=sorted(parts, key=lambda p: (p != "json", p)),
-                      key_runs=key_runs([e.key for e in plan.entries]))
+                      key_runs=key_runs([e.key for e in plan.entries]), layout=layout)
     if state_dir:
-        write_json_atomic(os.path.join(state_dir, f"{plan.no:06d}.json"), asdict(rec))
+        write_json_atomic(os.path.join(state_dir, f"{plan.no:06d}.json"), rec.state_dict())
     return rec
