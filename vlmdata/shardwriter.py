@@ -90,12 +90,13 @@ class ShardRecord:
         return e
 
 
-def write_json_atomic(path: str, obj) -> None:
+def write_json_atomic(path: str, obj, fsync: bool = True) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -149,7 +150,9 @@ def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: boo
 
     Without ``fsync`` a shard is safe against the process being killed (rename is the commit
     point) but not against power loss; ``--resume`` re-hashes every recorded shard, so a shard torn
-    by a crash is found and rebuilt either way. ``fsync=True`` flushes it before the rename.
+    by a crash is found and rebuilt either way. ``fsync=True`` flushes it before the rename, and its
+    state record too (without it the record is not flushed either: a record lost or torn by a power loss
+    only makes ``--resume`` rewrite that shard).
     """
     path = os.path.join(out_dir, plan.name)
     parts: set[str] = set()
@@ -193,5 +196,5 @@ def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: boo
                       parts=sorted(parts, key=lambda p: (p != "json", p)),
                       key_runs=key_runs([e.key for e in plan.entries]), layout=layout)
     if state_dir:
-        write_json_atomic(os.path.join(state_dir, f"{plan.no:06d}.json"), rec.state_dict())
+        write_json_atomic(os.path.join(state_dir, f"{plan.no:06d}.json"), rec.state_dict(), fsync)
     return rec
