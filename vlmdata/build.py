@@ -1,7 +1,9 @@
 """``vlmdata build``: a source of image-text inputs -> WebDataset shards + manifest + Energon metadata.
 
-Inputs are enumerated in a deterministic order; workers read and check image bytes; the main
-process packs samples into shards in input order. Every input is either written or skipped with a
+Inputs are enumerated in a deterministic order; they are read and checked inline or, where worker
+processes pay (``vlmdata.build_policy``: heavy per-input work and a free core), by workers; the main
+process packs samples into shards in input order; the Energon index is written from the layout of each
+shard the writer recorded (``vlmdata.energon_index``). Every input is either written or skipped with a
 reason, and ``seen == written + skipped`` always holds.
 
 Safety rules (docs/RELIABILITY.md has the reasons):
@@ -43,6 +45,7 @@ from itertools import chain, islice
 from typing import Callable, Iterable, Iterator
 
 from . import storage
+from .build_policy import SMALL_INPUT, auto_workers
 from .engines import Engine, EngineError, LocalEngine, engine_context
 from .images import (DEFAULT_MAX_IMAGE_PIXELS, TAIL_BYTES, ImageProblem, NeedFullBytes, Sparse, check_image, reencode,
                      upright)
@@ -78,7 +81,7 @@ class BuildOptions:
     prompt: str = "Describe this image."
     image_column: str | None = None
     text_column: str | None = None
-    workers: int = 1
+    workers: int | None = None  # processes; None: vlmdata.build_policy decides (inline unless workers pay)
     fsync: bool = False  # flush each shard to disk before its rename (power-loss durability)
     allow_outside_root: bool = False  # read record image paths outside the source root
 
@@ -98,7 +101,8 @@ class BuildOptions:
         if self.max_pixels is not None:
             _int_at_least("max_pixels", self.max_pixels, 1)
         _int_at_least("max_image_pixels", self.max_image_pixels, 1)
-        _int_at_least("workers", self.workers, 1)
+        if self.workers is not None:
+            _int_at_least("workers", self.workers, 1)
         if self.verify not in ("header", "full"):
             raise BuildError(f"`verify` must be 'header' or 'full', not {self.verify!r}")
         if not isinstance(self.prompt, str) or conversation_problem(
@@ -690,7 +694,8 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
 
     ``source`` and ``out`` may be local paths or fsspec URLs (``s3://bucket/prefix``, ``file://...``).
     ``engine``: "local" (default; ``opts.workers`` processes), "ray" (Ray tasks; local Ray with
-    ``opts.workers`` CPUs, or the cluster at ``address``) or an Engine instance. The output does not
+    ``opts.workers`` CPUs, or the cluster at ``address``) or an Engine instance. ``opts.workers=None``
+    lets ``vlmdata.build_policy`` choose (inline unless worker processes pay). The output does not
     depend on the engine or the number of workers.
     For a remote ``out``, shards are written to ``staging`` (default: a folder under the temp dir,
     stable per OUT so that --resume finds it) and uploaded atomically.
@@ -773,17 +778,25 @@ def _build_locked(source, out, opts, resume, overwrite, progress, energon, energ
     planner = Planner(opts.prefix, opts.max_count, opts.max_size, first_shard=len(done), start_index=start)
     if progress and start:
         progress(start)
-    with engine_context(engine, opts.workers, address) as eng:
+    workers = opts.workers
+    if workers is None:  # vlmdata.build_policy: the first inputs tell a small source from a large one
+        head = list(islice(items, SMALL_INPUT))
+        items = chain(head, items)
+        heavy = (opts.verify == "full" or bool(opts.max_pixels) or storage.is_url(source)
+                 or bool(opts.image_root and storage.is_url(opts.image_root)))
+        workers = auto_workers(heavy=heavy, small=len(head) < SMALL_INPUT,
+                               engine=engine if isinstance(engine, str) else "local")
+    with engine_context(engine, workers, address) as eng:
         new, seen, tail_skips = run_build_pipeline(islice(items, start, None), opts, planner, writer, eng, start, progress)
     records = done + new
     acc = Accounting.from_records(seen, records, tail_skips)
     manifest_args = dict(kind="build", prefix=opts.prefix, records=records, accounting=acc,
-                         options={**opts.fingerprint(), "workers": opts.workers},
+                         options={**opts.fingerprint(), "workers": workers},
                          source={"format": fmt, "path": storage.redact(source),
                                  "fingerprint": fingerprint["source_fingerprint"]})
     if remote:
-        return _finish_remote(out, staging, records, manifest_args, energon, opts.workers, energon_target)
-    record = _energon(out, records, energon, opts.workers, energon_target)
+        return _finish_remote(out, staging, records, manifest_args, energon, workers, energon_target)
+    record = _energon(out, records, energon, workers, energon_target)
     manifest = write_manifest(out, **manifest_args, extra={"energon": record})  # the commit point
     shutil.rmtree(state, ignore_errors=True)
     return manifest
