@@ -233,8 +233,8 @@ def test_building_every_parser_imports_no_heavy_module():
 
 
 def test_top_level_parser_imports_no_numpy_or_pil():
-    r = subprocess.run([sys.executable, "-c", "import sys, vlmdata.cli as c; c.parser([]); "
-                        "print(sorted(m for m in ('numpy', 'PIL') if m in sys.modules))"],
+    probe = "import sys, vlmdata.cli as c; c.parser([]); print(sorted(m for m in ('numpy', 'PIL') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", probe],
                        capture_output=True, text=True, check=False)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
 
