@@ -46,7 +46,6 @@ def simulate(tokens: np.ndarray, ranks: int, workers: int, batch: int, shard: in
     else:
         n_shards = -(-n // shard)
         slot_ranges = [[(i * shard, min(n, (i + 1) * shard)) for i in range(g, n_shards, slots)] for g in range(slots)]
-    csum = np.concatenate([[0], np.cumsum(tokens)])
     rank_samples = np.zeros(ranks, dtype=np.int64)
     rank_batches = []  # per rank: token sum of each micro-batch, in the order the DataLoader yields them
     for r in range(ranks):
@@ -59,7 +58,6 @@ def simulate(tokens: np.ndarray, ranks: int, workers: int, batch: int, shard: in
                 continue
             idx = np.concatenate([np.arange(a, b) for a, b in ranges])
             starts = np.arange(0, m, batch)
-            ends = np.minimum(starts + batch, m)
             # token sum of samples idx[starts[k]:ends[k]]: contiguous within a range, so use per-sample tokens
             t = tokens[idx]
             s = np.add.reduceat(t, starts)

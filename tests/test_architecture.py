@@ -170,8 +170,8 @@ def test_every_user_facing_error_derives_from_vlmdata_error():
     from vlmdata.build.engines import EngineError
     from vlmdata.cli.console import UserError
     from vlmdata.dataset.manifest import ManifestError
-    from vlmdata.errors import OptionsError, VlmdataError
     from vlmdata.dataset.reader import BadSampleError
+    from vlmdata.errors import OptionsError, VlmdataError
     from vlmdata.loaders.pipeline import EmptyEpochError
     from vlmdata.profile.measure import ProfileError
     from vlmdata.sources.base import SourceError

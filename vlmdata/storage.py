@@ -487,15 +487,17 @@ def get(p: str, local_file: str) -> None:
 
 
 @_translated
-def write_bytes(p: str, data: bytes) -> None:
-    """Write a whole file atomically (tmp + rename locally; a single PUT on object stores)."""
+def write_bytes(p: str, data: bytes, fsync: bool = True) -> None:
+    """Write a whole file atomically (tmp + rename locally; a single PUT on object stores): the one atomic
+    writer. ``fsync=False`` skips the flush to disk (the rename still makes the file whole or absent)."""
     p = local(p)
     if not is_url(p):
         tmp = p + ".tmp"
         with builtins.open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, p)
         return
     fs, inner = fs_and_path(p)
@@ -506,8 +508,8 @@ def write_bytes(p: str, data: bytes) -> None:
         fs.mv(inner + ".tmp", inner)
 
 
-def write_json(p: str, obj) -> None:
-    write_bytes(p, json.dumps(obj, indent=1, sort_keys=True).encode("utf-8"))
+def write_json(p: str, obj, fsync: bool = True) -> None:
+    write_bytes(p, json.dumps(obj, indent=1, sort_keys=True).encode("utf-8"), fsync)
 
 
 def read_json(p: str):

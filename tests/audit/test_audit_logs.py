@@ -65,8 +65,8 @@ def test_bridge_log_and_step_time_fallback(tmp_path):
     assert p["seq_length"] == 4096 and len(p["lines"]) == 12
     # without the throughput field, Bridge's "Step Time ... MODEL_TFLOP/s/GPU" line is used
     stripped = tmp_path / "b.log"
-    stripped.write_text("".join(l.replace(" throughput per GPU (TFLOP/s/GPU):", " x:") + "\n"
-                                for l in open(fx("bridge_real.log")).read().splitlines()))
+    stripped.write_text("".join(line.replace(" throughput per GPU (TFLOP/s/GPU):", " x:") + "\n"
+                                for line in open(fx("bridge_real.log")).read().splitlines()))
     q = parse_log(str(stripped))
     assert [f["throughput per gpu (tflop/s/gpu)"] for f in q["lines"]] == \
         [f["throughput per gpu (tflop/s/gpu)"] for f in p["lines"]]

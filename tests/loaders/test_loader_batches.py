@@ -90,7 +90,6 @@ def test_pad_to_max_length_and_truncation(setup, samples):
     assert a["input_ids"].shape == (2, 2048)
     check(a, b, model, True)
     # pad id: the tokenizer's pad up to the longest row (processor padding), 0 beyond (Bridge's collate)
-    n = int(a["attention_mask"][0].sum())
     assert a["input_ids"][0, -1] == 0
 
 

@@ -1,9 +1,7 @@
 """vlmdata profile: exact token and visual-token counts, the profile document, bad input."""
 
-import functools
 import json
 import os
-import tempfile
 
 import pytest
 
@@ -13,14 +11,11 @@ from vlmdata.profile.measure import (
     ProfileError,
     ProfileOptions,
     count_text_tokens,
-    get_tokenizer,
     load_profile,
     profile_dataset,
     sample_rows,
-    write_profile,
 )
 from vlmdata.qwen.spec import visual_tokens
-from vlmdata.sources.photos import make_source
 
 
 def test_visual_tokens_known_values():

@@ -1,7 +1,9 @@
 """``vlmdata build``: a source of image-text inputs -> WebDataset shards + manifest + Energon metadata.
 
-Inputs are enumerated in a deterministic order; workers read and check image bytes; the main
-process packs samples into shards in input order. Every input is either written or skipped with a
+Inputs are enumerated in a deterministic order; they are read and checked inline or, where worker
+processes pay (``vlmdata.build.policy``: heavy per-input work and a free core), by workers; the main
+process packs samples into shards in input order; the Energon index is written from the layout of each
+shard the writer recorded (``vlmdata.dataset.nvmeta_index``). Every input is either written or skipped with a
 reason, and ``seen == written + skipped`` always holds.
 
 Safety rules (docs/RELIABILITY.md has the reasons):
@@ -45,6 +47,7 @@ from typing import Callable, Iterable, Iterator
 from vlmdata import storage
 from vlmdata.build.engines import Engine, EngineError, LocalEngine, engine_context
 from vlmdata.build.engines.ray_engine import import_ray
+from vlmdata.build.policy import SMALL_INPUT, auto_workers
 from vlmdata.dataset.images import (
     DEFAULT_MAX_IMAGE_PIXELS,
     TAIL_BYTES,
@@ -97,7 +100,7 @@ class BuildOptions:
     prompt: str = "Describe this image."
     image_column: str | None = None
     text_column: str | None = None
-    workers: int = 1
+    workers: int | None = None  # processes; None: vlmdata.build.policy decides (inline unless workers pay)
     fsync: bool = False  # flush each shard to disk before its rename (power-loss durability)
     allow_outside_root: bool = False  # read record image paths outside the source root
 
@@ -117,7 +120,8 @@ class BuildOptions:
         if self.max_pixels is not None:
             _int_at_least("max_pixels", self.max_pixels, 1)
         _int_at_least("max_image_pixels", self.max_image_pixels, 1)
-        _int_at_least("workers", self.workers, 1)
+        if self.workers is not None:
+            _int_at_least("workers", self.workers, 1)
         if self.verify not in ("header", "full"):
             raise BuildError(f"`verify` must be 'header' or 'full', not {self.verify!r}")
         if not isinstance(self.prompt, str) or conversation_problem(
@@ -298,7 +302,7 @@ def _write_remote(plan: ShardPlan, out: str, staging: str, fsync: bool = False) 
 
 def _upload_shard(rec: ShardRecord, staging: str, out: str, no: int) -> None:
     storage.put(os.path.join(staging, rec.name), storage.join(out, rec.name))
-    storage.write_json(storage.join(out, STATE_DIR, f"{no:06d}.json"), asdict(rec))
+    storage.write_json(storage.join(out, STATE_DIR, f"{no:06d}.json"), rec.state_dict())
 
 
 def _pack(results: Iterable[tuple[int, Entry | dict]], planner: Planner, writer: Callable, engine: Engine,
@@ -640,10 +644,11 @@ def default_staging(out: str) -> str:
 def _energon(root: str, records: list[ShardRecord], energon: bool, workers: int, target: str) -> dict | None:
     if not (energon and records):
         return None
-    from vlmdata.dataset.nvmeta import prepare_energon  # heavy (megatron-energon): only when metadata is written
+    from vlmdata.dataset.nvmeta import prepare_energon  # imports yaml and sqlite3 only when metadata is written
 
     try:
-        return prepare_energon(root, [r.name for r in records], workers=max(1, workers), target=target)
+        return prepare_energon(root, [r.name for r in records], workers=max(1, workers), target=target,
+                               layouts={r.name: r.layout for r in records if r.layout is not None})
     except OSError:
         raise
     except Exception as e:  # noqa: BLE001 - Energon's own errors: the shards are there, resume redoes this step
@@ -653,13 +658,14 @@ def _energon(root: str, records: list[ShardRecord], energon: bool, workers: int,
 
 def _finish_remote(out: str, staging: str, records: list[ShardRecord], manifest_args: dict, energon: bool,
                    workers: int, energon_target: str) -> dict:
-    """Index the shards with Energon in staging (fetching any not staged here), upload the index and
+    """Index the shards in staging (from their recorded layouts; a resumed shard not staged here is fetched
+    to read its headers), upload the index and
     metadata, then manifest.json last: its presence in OUT marks a complete dataset."""
     os.makedirs(staging, exist_ok=True)
     for r in records:
         p = os.path.join(staging, r.name)
-        if energon and (not os.path.exists(p) or os.path.getsize(p) != r.bytes):
-            storage.get(storage.join(out, r.name), p)  # written on another node: fetch it for indexing
+        if energon and r.layout is None and (not os.path.exists(p) or os.path.getsize(p) != r.bytes):
+            storage.get(storage.join(out, r.name), p)  # no layout (resumed) and not staged here: fetch it to index
     record = _energon(staging, records, energon, workers, energon_target)
     manifest = write_manifest(staging, **manifest_args, extra={"energon": record})
     if record is not None:
@@ -706,7 +712,8 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
 
     ``source`` and ``out`` may be local paths or fsspec URLs (``s3://bucket/prefix``, ``file://...``).
     ``engine``: "local" (default; ``opts.workers`` processes), "ray" (Ray tasks; local Ray with
-    ``opts.workers`` CPUs, or the cluster at ``address``) or an Engine instance. The output does not
+    ``opts.workers`` CPUs, or the cluster at ``address``) or an Engine instance. ``opts.workers=None``
+    lets ``vlmdata.build.policy`` choose (inline unless worker processes pay). The output does not
     depend on the engine or the number of workers.
     For a remote ``out``, shards are written to ``staging`` (default: a folder under the temp dir,
     stable per OUT so that --resume finds it) and uploaded atomically.
@@ -788,17 +795,25 @@ def _build_locked(source, out, opts, resume, overwrite, progress, energon, energ
     planner = Planner(opts.prefix, opts.max_count, opts.max_size, first_shard=len(done), start_index=start)
     if progress and start:
         progress(start)
-    with engine_context(engine, opts.workers, address) as eng:
+    workers = opts.workers
+    if workers is None:  # vlmdata.build.policy: the first inputs tell a small source from a large one
+        head = list(islice(items, SMALL_INPUT))
+        items = chain(head, items)
+        heavy = (opts.verify == "full" or bool(opts.max_pixels) or storage.is_url(source)
+                 or bool(opts.image_root and storage.is_url(opts.image_root)))
+        workers = auto_workers(heavy=heavy, small=len(head) < SMALL_INPUT,
+                               engine=engine if isinstance(engine, str) else "local")
+    with engine_context(engine, workers, address) as eng:
         new, seen, tail_skips = run_build_pipeline(islice(items, start, None), opts, planner, writer, eng, start, progress)
     records = done + new
     acc = Accounting.from_records(seen, records, tail_skips)
     manifest_args = dict(kind="build", prefix=opts.prefix, records=records, accounting=acc,
-                         options={**opts.fingerprint(), "workers": opts.workers},
+                         options={**opts.fingerprint(), "workers": workers},
                          source={"format": fmt, "path": storage.redact(source),
                                  "fingerprint": fingerprint["source_fingerprint"]})
     if remote:
-        return _finish_remote(out, staging, records, manifest_args, energon, opts.workers, energon_target)
-    record = _energon(out, records, energon, opts.workers, energon_target)
+        return _finish_remote(out, staging, records, manifest_args, energon, workers, energon_target)
+    record = _energon(out, records, energon, workers, energon_target)
     manifest = write_manifest(out, **manifest_args, extra={"energon": record})  # the commit point
     shutil.rmtree(state, ignore_errors=True)
     return manifest

@@ -1,8 +1,9 @@
-"""Energon metadata for a vlmdata dataset: ``.nv-meta/`` through megatron-energon's own API, and its check.
+"""Energon metadata for a vlmdata dataset: ``.nv-meta/`` (as megatron-energon writes it), and its check.
 
-``prepare_energon`` writes the index, ``split.yaml``, ``dataset.yaml`` and ``vlmdata_loader.py`` (the
-``sample_loader`` Energon imports and runs) and returns what the manifest records about them
-(``energon_record``): the sha256 of the loader and of ``dataset.yaml``. ``check_energon`` is what
+``prepare_energon`` writes the index and ``split.yaml`` (``vlmdata.dataset.nvmeta_index``: byte-identical to
+``energon prepare``'s, from the shard layouts the writer recorded, without importing megatron-energon),
+``dataset.yaml`` and ``vlmdata_loader.py`` (the ``sample_loader`` Energon imports and runs) and returns
+what the manifest records about them (``energon_record``): the sha256 of the loader and of ``dataset.yaml``. ``check_energon`` is what
 ``vlmdata validate`` runs: ``.nv-meta`` is present and complete, its shard list and counts equal the
 manifest's, the loader and ``dataset.yaml`` are byte-identical to what the build recorded (for a
 manifest from before the record existed: to a file some vlmdata release wrote, else a problem; the
@@ -18,6 +19,8 @@ import io
 import json
 import os
 import shutil
+
+from vlmdata.dataset.nvmeta_index import write_index
 
 DATASET_YAML = """\
 # Written by vlmdata. Samples are Megatron Bridge ChatML samples (conversation + imgs), no pickle.
@@ -69,17 +72,21 @@ def energon_record(target: str = "vlmdata") -> dict:
             "target": target}
 
 
-def prepare_energon(root: str, shard_names: list[str], workers: int = 1, target: str = "vlmdata") -> dict:
-    """Index the shards with Energon, write split.yaml (every shard in ``train`` and in ``val``, see
-    ``SPLIT_PARTS_PATTERNS``) and dataset.yaml. Returns ``energon_record(target)``."""
-    from megatron.energon.flavors import BaseWebdatasetFactory  # heavy: only when metadata is written
+def prepare_energon(root: str, shard_names: list[str], workers: int = 1, target: str = "vlmdata",
+                    layouts: dict | None = None) -> dict:
+    """Index the shards for Energon, write split.yaml (every shard in ``train`` and in ``val``, see
+    ``SPLIT_PARTS_PATTERNS``) and dataset.yaml. Returns ``energon_record(target)``.
 
+    The index (``NAME.tar.idx``, ``.nv-meta/index.sqlite``, ``.info.json``, ``split.yaml``, ``index.uuid``)
+    is written by ``vlmdata.dataset.nvmeta_index`` from each shard's layout (``layouts``: shard name -> the
+    ``(member name, size)`` list the shard writer recorded; a shard without one has its headers read),
+    byte-identical to what ``energon prepare`` writes, without importing megatron-energon (torch).
+    ``workers`` is accepted for compatibility and unused (the index is written in one pass)."""
     meta = os.path.join(root, ".nv-meta")
     if os.path.isdir(meta):
         shutil.rmtree(meta)
-    with contextlib.redirect_stdout(io.StringIO()):  # energon prints its progress
-        BaseWebdatasetFactory.prepare_dataset(root, list(shard_names), split_parts_patterns=SPLIT_PARTS_PATTERNS,
-                                              workers=max(1, workers), shuffle_seed=None)
+    layouts = layouts or {}
+    write_index(root, [(n, layouts.get(n)) for n in shard_names], SPLIT_PARTS_PATTERNS)
     shutil.copyfile(LOADER_SOURCE, os.path.join(meta, LOADER_NAME))
     with open(os.path.join(meta, "dataset.yaml"), "w") as f:
         f.write(dataset_yaml(target))

@@ -112,6 +112,8 @@ def safe_label(text: Any, limit: int = 500) -> str:
     s = str(text)
     if len(s) > limit:
         s = s[:limit] + "..."
+    if s.isprintable():  # the common case (surrogates and controls are not printable; space is)
+        return s
     out = []
     for c in s:
         o = ord(c)
@@ -126,9 +128,12 @@ def safe_label(text: Any, limit: int = 500) -> str:
     return "".join(out)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def text_problem(text: str) -> tuple[str, str] | None:
     """(reason, detail) when a text part breaks the text rules (module docstring), else None."""
-    if any("\ud800" <= c <= "\udfff" for c in text):
+    if _SURROGATE.search(text):
         return "bad_text", "text is not valid Unicode (unpaired surrogate)"
     if "\0" in text:
         return "bad_text", "text contains a NUL character"

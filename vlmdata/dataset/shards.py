@@ -16,7 +16,7 @@ size changed since it was checked raises ``SourceChanged``.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Union
 
 from vlmdata import storage
@@ -76,6 +76,13 @@ class ShardRecord:
     skipped: list[dict] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)  # every file suffix that occurs ("json", "0.jpg", ...)
     key_runs: list[list] | None = None  # the keys as [first_key, count] runs (manifest.key_runs)
+    # (member name, data size) in tar order: what the Energon index needs (vlmdata.dataset.nvmeta_index). Known
+    # only to the process that wrote the shard; never in the state folder (a resumed shard is scanned).
+    layout: list[tuple[str, int]] | None = None
+
+    def state_dict(self) -> dict:
+        """What the state folder records (everything but the layout)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "layout"}
 
     def manifest_entry(self) -> dict:
         e = {k: getattr(self, k) for k in ("name", "samples", "images", "bytes", "sha256", "first_key", "last_key")}
@@ -134,15 +141,20 @@ def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: boo
 
     Without ``fsync`` a shard is safe against the process being killed (rename is the commit
     point) but not against power loss; ``--resume`` re-hashes every recorded shard, so a shard torn
-    by a crash is found and rebuilt either way. ``fsync=True`` flushes it before the rename.
+    by a crash is found and rebuilt either way. ``fsync=True`` flushes it before the rename, and its
+    state record too (without it the record is not flushed either: a record lost or torn by a power loss
+    only makes ``--resume`` rewrite that shard).
     """
     path = os.path.join(out_dir, plan.name)
     parts: set[str] = set()
+    layout: list[tuple[str, int]] = []
     images = image_bytes = 0
     with open(path + ".tmp", "wb", buffering=1 << 20) as f:
         w = TarWriter(f)
         for e in plan.entries:
-            w.add(f"{e.key}.json", e.meta)
+            name = f"{e.key}.json"
+            w.add(name, e.meta)
+            layout.append((name, len(e.meta)))
             parts.add("json")
             for suffix, payload, size in e.images:
                 if isinstance(payload, str):
@@ -155,7 +167,9 @@ def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: boo
                             raise SourceChanged(f"{e.key}: an input image grew while building (was {size} bytes)") from None
                     if len(payload) != size:
                         raise SourceChanged(f"{e.key}: an input image changed while building ({size} -> {len(payload)} bytes)")
-                w.add(f"{e.key}.{suffix}", payload)
+                name = f"{e.key}.{suffix}"
+                w.add(name, payload)
+                layout.append((name, len(payload)))
                 parts.add(suffix)
                 images += 1
                 image_bytes += size
@@ -171,7 +185,7 @@ def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: boo
                       first_key=plan.entries[0].key, last_key=plan.entries[-1].key, start_index=plan.start_index,
                       end_index=plan.end_index, image_bytes=image_bytes, skipped=plan.skipped,
                       parts=sorted(parts, key=lambda p: (p != "json", p)),
-                      key_runs=key_runs([e.key for e in plan.entries]))
+                      key_runs=key_runs([e.key for e in plan.entries]), layout=layout)
     if state_dir:
-        storage.write_json(os.path.join(state_dir, f"{plan.no:06d}.json"), asdict(rec))
+        storage.write_json(os.path.join(state_dir, f"{plan.no:06d}.json"), rec.state_dict(), fsync=fsync)
     return rec

@@ -55,8 +55,10 @@ def add_parser(sub):
                    "writing nothing always exits 1)")
     p.add_argument("--verify", choices=("header", "full"), default="header",
                    help="image check while building: header + end marker (fast), or full decode")
-    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
-                   help="worker processes, or CPUs of the local Ray instance (default: all cores)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="worker processes, or CPUs of the local Ray instance (default: auto: one process unless "
+                   "the per-input work is heavy (--verify full, --max-pixels, remote source) and a core is free; "
+                   "all cores for Ray)")
     p.add_argument("--engine", choices=ENGINES, default="local",
                    help="where per-chunk and per-shard work runs: local processes or Ray tasks (same output)")
     p.add_argument("--address", help="with --engine ray: an existing Ray cluster ('auto', 'ray://head:10001'); "
@@ -84,7 +86,7 @@ def _run(args) -> int:
     opts = BuildOptions(prefix=args.prefix, max_count=args.max_count, max_size=args.max_size or None,
                         max_pixels=args.max_pixels, max_image_pixels=args.max_image_pixels, verify=args.verify,
                         format=args.format, image_root=args.image_root, prompt=args.prompt,
-                        image_column=args.image_column, text_column=args.text_column, workers=max(1, args.workers),
+                        image_column=args.image_column, text_column=args.text_column, workers=args.workers,
                         fsync=args.fsync, allow_outside_root=args.allow_outside_root)
     if args.address and args.engine != "ray":
         raise UserError("--address is for --engine ray")
