@@ -207,7 +207,7 @@ def test_summaries_are_tables_not_dicts(llava_source, tmp_path, capsys):
 
 PARSER_PROBE = r"""
 import sys
-import vlmdata.cli as cli
+import vlmdata.cli.main as cli
 for argv in [[]] + [[name] for name in cli.COMMANDS]:
     cli.parser(argv)  # each subcommand's parser fully built (its module imported)
 if len(sys.argv) > 1:
@@ -233,7 +233,7 @@ def test_building_every_parser_imports_no_heavy_module():
 
 
 def test_top_level_parser_imports_no_numpy_or_pil():
-    probe = "import sys, vlmdata.cli as c; c.parser([]); print(sorted(m for m in ('numpy', 'PIL') if m in sys.modules))"
+    probe = "import sys, vlmdata.cli.main as c; c.parser([]); print(sorted(m for m in ('numpy', 'PIL') if m in sys.modules))"
     r = subprocess.run([sys.executable, "-c", probe],
                        capture_output=True, text=True, check=False)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr

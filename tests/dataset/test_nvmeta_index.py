@@ -80,7 +80,7 @@ def test_index_batches_past_energon_batch_size(tmp_path):
 
 def test_resumed_build_index_equals_energon_prepare(llava_source, tmp_path, monkeypatch):
     """Shards written before an interruption have no layout in memory: their headers are read instead."""
-    import vlmdata.build as b
+    import vlmdata.build.builder as b
 
     calls = []
 
@@ -101,7 +101,7 @@ def test_resumed_build_index_equals_energon_prepare(llava_source, tmp_path, monk
 
 def test_scanned_layout_equals_written_layout(llava_source, tmp_path):
     out = tmp_path / "out"
-    import vlmdata.build as b
+    import vlmdata.build.builder as b
 
     seen = {}
     real = b.write_shard
