@@ -244,3 +244,11 @@ def test_whole_build_imports_neither_torch_nor_energon(llava_source, tmp_path):
     mods = _modules("build", str(llava_source), "-o", str(tmp_path / "o"), "-q", "--max-count", "4")
     assert (tmp_path / "o" / ".nv-meta" / "index.sqlite").is_file()
     assert not mods & set(HEAVY_TOP), sorted(mods & set(HEAVY_TOP))
+
+
+def test_audit_refuses_an_unknown_loader_arg_before_running(capsys):
+    assert main(["audit", "--loader-arg", "exact_image=1"]) == 2
+    err = capsys.readouterr().err
+    assert "--loader-arg: unknown loader option 'exact_image'" in err and "did you mean 'exact_images'" in err
+    assert main(["audit", "--loader-arg", "images=bogus"]) == 2
+    assert "--loader-arg: images must be one of 'decode', 'shapes', 'drop', got 'bogus'" in capsys.readouterr().err

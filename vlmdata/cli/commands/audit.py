@@ -12,6 +12,8 @@ from rich.table import Table
 from vlmdata.audit.logs import LogError, WorkloadMismatch, compare_logs, report_content
 from vlmdata.cli.args import cli_flags
 from vlmdata.cli.console import EXIT_MISLEADING, EXIT_OK, UserError, err, out, print_json, progress, table
+from vlmdata.errors import OptionsError
+from vlmdata.loaders.options import LoaderOptions
 
 EXIT_HELP = """exit codes:
   0  OK: every mock source is within --threshold of real (or no verdict was asked for)
@@ -201,6 +203,10 @@ def _loader_options(args) -> dict:
                     break
                 except ValueError:
                     continue
+    try:  # refused here, before anything runs: an unknown key or a bad value names the --loader-arg
+        LoaderOptions().replace(**kw)
+    except OptionsError as e:
+        raise UserError(f"--loader-arg: {str(e).replace('`', '')}") from None
     return kw
 
 
