@@ -36,7 +36,7 @@ def test_device_images_match_bridge_within_tolerance(cpu_decoder):
 
 
 def test_device_images_need_the_decode_mode():
-    with pytest.raises(ValueError, match="image_device works with images='decode' only"):
+    with pytest.raises(ValueError, match="`image_device` works with `images`='decode' only"):
         make_loader(SHARDS, image_device="cpu", images="shapes")
 
 

@@ -41,7 +41,7 @@ def resolve_shards(source: str) -> list[str]:
     """The shard paths a source names (``vlmdata.dataset.resolve.open_dataset``: a dataset folder in
     manifest order, a folder of ``*.tar``, a glob, one ``.tar``; local or fsspec URLs)."""
     ref = open_dataset(source)
-    if not ref.shards:
+    if not ref.shards and ref.kind != "dataset":  # a dataset without shards is an empty epoch, not a bad path
         raise ValueError(f"no tar shards found for {ref.shown!r}")
     return list(ref.shards)
 
