@@ -26,7 +26,8 @@ from .pipeline import (BadSampleError, Consumed, EmptyEpochError, Plan, SampleRe
                        parse_raw, record_skip, scan_shard)
 from .tokenize import ChatTokenizer
 from .device_images import defer_image, finish_batch
-from .vision import preprocess_any, preprocess_shape
+from .pixel_rows import preprocess_rows
+from .vision import preprocess_shape
 
 MOCK_NAMES = ("imagefree", "bridge-noise")
 IMAGE_MODES = ("decode", "shapes", "drop")  # make_loader ``images``
@@ -139,9 +140,9 @@ class SampleProcessor:
                     elif self.images == "device":
                         pv, g, item = defer_image(img, self.spec, self.min_pixels, self.max_pixels, self.resize)
                         deferred.append(item)
-                    else:
-                        pv, g = preprocess_any(img, self.spec, self.min_pixels, self.max_pixels, self.resize,
-                                               self.exact_images)
+                    else:  # patchified later, straight into the batch buffer (pixel_rows)
+                        pv, g = preprocess_rows(img, self.spec, self.min_pixels, self.max_pixels, self.resize,
+                                                self.exact_images)
                 except Exception as e:  # PIL raises OSError, SyntaxError, ValueError... for bad bytes
                     raise BadSampleError(f"image {i} undecodable: {type(e).__name__}: {e}", key=sample.key,
                                          reason="undecodable_image") from e
@@ -404,7 +405,8 @@ def make_loader(source: Any, model: str = "qwen3-vl", tokenizer=None, seq_length
     source: a shard dir / glob / .tar list, a synthetic profile .json, "imagefree" / "bridge-noise", or
         any object with ``get(i) -> Sample``. Synthetic and mock sources have ``epoch_samples`` per epoch.
     model: "qwen2-vl" | "qwen2.5-vl" | "qwen3-vl" (patch 14/14/16; MoE variants use the same processor).
-    tokenizer: a HF Qwen tokenizer (default: ``vlmdata.qwen.load_qwen_tokenizer()``, offline).
+    tokenizer: a HF Qwen tokenizer (default: the shipped one, offline, loaded once per process:
+        ``vlmdata.loaders.tokenize.shared_tokenizer``).
     seq_length, pad_to_max_length, pad_to_multiple_of, packing, packing_pad_to_multiple_of: as Bridge's
         ``qwen2_5_collate_fn`` (sequence_length, pad_to_max_length, pad_to_multiple_of,
         enable_in_batch_packing, in_batch_packing_pad_to_multiple_of).

@@ -134,9 +134,9 @@ class VlmdataDatasetProvider(_Base):
     loader_options: dict = field(default_factory=dict)
 
     def _args(self, source: str) -> dict:
-        from ..qwen import load_qwen_tokenizer
+        from .tokenize import shared_tokenizer
 
-        return dict(source=source, model=self.model, tokenizer=load_qwen_tokenizer(self.tokenizer_path),
+        return dict(source=source, model=self.model, tokenizer=shared_tokenizer(self.tokenizer_path),
                     seq_length=self.seq_length, pad_to_max_length=self.pad_to_max_length,
                     packing=self.pack_sequences_in_batch, min_pixels=self.min_pixels, max_pixels=self.max_pixels,
                     seed=self.seed, on_error=self.on_error, **self.loader_options)
