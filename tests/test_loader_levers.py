@@ -204,3 +204,37 @@ def test_fast_path_within_documented_tolerance_on_large_photos(large_jpegs, mode
         d = np.abs(np.asarray(fast) - np.asarray(exact))
         assert float(d.mean()) <= mean_tol
         assert float(np.quantile(d.ravel()[::7], 0.99)) <= p99_tol
+
+
+def test_batch_buffers_recycled_only_when_freed():
+    from vlmdata.loaders.pixel_rows import BufferPool
+
+    pool = BufferPool(keep=2)
+    a = pool.empty((8, 16))
+    a[:] = 1.0
+    t = torch.from_numpy(a)
+    del a
+    b = pool.empty((8, 16))  # `a` still lives inside the tensor: a new block
+    b[:] = 2.0
+    assert bool((t == 1.0).all())
+    del t
+    c = pool.empty((7, 16))  # now a's block comes back (it fits)
+    assert len(pool._idle) == 0 and c.shape == (7, 16) and c.flags.c_contiguous
+    del b, c
+    assert len(pool._idle) == 2
+    for _ in range(3):
+        pool._give_back(np.empty(4, np.float32))
+    assert len(pool._idle) == 2  # at most ``keep`` idle blocks
+
+
+def test_loader_batches_unchanged_by_buffer_reuse():
+    kw = {"micro_batch_size": 2, "shuffle": False, "num_epochs": 1}
+    kept = [
+        b["visual_inputs"].pixel_values.clone() for b in api.make_loader(SHARDS, **kw)
+    ]
+    live = list(
+        api.make_loader(SHARDS, **kw)
+    )  # every batch held: no buffer may be reused under it
+    assert len(kept) == len(live)
+    for x, b in zip(kept, live):
+        assert torch.equal(x, b["visual_inputs"].pixel_values)

@@ -7,7 +7,8 @@ image as ``PixelRows``: the uint8 image at its final size (3 bytes per pixel) pl
 the collator allocates one ``[N, patch_dim]`` float32 buffer per batch and patchifies each image into its
 slice (``batch_pixels``). The values are those of ``vision.preprocess_any`` bit for bit (same resize, same
 ``image.patchify``; tests/test_loader_levers.py checks it), and a processed sample waiting for its batch
-holds 8x less memory.
+holds 8x less memory. Batch buffers come from a small pool (``BufferPool``) and go back to it when the
+batch is freed, so the pages are mapped once, not for every batch.
 
 ``PixelRows`` also behaves as an array where one is expected (``np.asarray(rows)`` patchifies it), so a
 caller that reads ``Processed.pixel_values`` directly still gets the pixel rows.
@@ -16,6 +17,8 @@ caller that reads ``Processed.pixel_values`` directly still gets the pixel rows.
 from __future__ import annotations
 
 import io
+import threading
+import weakref
 
 import numpy as np
 from PIL import Image
@@ -55,6 +58,66 @@ class PixelRows:
 
     def __setstate__(self, state):
         self.array, self.spec, self.chw, self.shape = state
+
+
+class _Lease:
+    """The numpy base of one handed-out buffer: while any array or tensor over it lives, so does the
+    lease; when the last one goes, its finalizer gives the block back to the pool."""
+
+    def __init__(self, block: np.ndarray, n: int):
+        self.block = block
+        self.__array_interface__ = {
+            "shape": (n,),
+            "typestr": "<f4",
+            "version": 3,
+            "data": (block.__array_interface__["data"][0], False),
+        }
+
+
+class BufferPool:
+    """Batch buffers recycled once their batch is freed (by the training loop, or by the DataLoader
+    worker after sending it), so each batch's pixel rows land in memory already mapped: a fresh
+    ~80 MB buffer costs as much in page faults (the kernel zeroing every page) as writing it. At most
+    ``keep`` idle blocks are kept; a buffer handed out is never handed out again while anything uses it."""
+
+    def __init__(self, keep: int = 2):
+        self.keep = keep
+        self._idle: list[np.ndarray] = []
+        self._lock = threading.RLock()  # a finalizer may run inside empty() (gc)
+
+    def empty(self, shape: tuple[int, int]) -> np.ndarray:
+        """An uninitialised C-contiguous float32 array of ``shape`` (rows, cols)."""
+        n = shape[0] * shape[1]
+        with self._lock:
+            fits = [b for b in self._idle if b.size >= n]
+            block = min(fits, key=lambda b: b.size) if fits else None
+            if block is not None:
+                self._idle = [
+                    b for b in self._idle if b is not block
+                ]  # by identity (== is elementwise)
+        if block is None:
+            block = np.empty(
+                n + n // 8, dtype=np.float32
+            )  # 1/8 spare: the next batch's rows usually fit
+        lease = _Lease(block, n)
+        weakref.finalize(lease, self._give_back, block)
+        return np.asarray(lease).reshape(shape)
+
+    def _give_back(self, block: np.ndarray) -> None:
+        with self._lock:
+            self._idle.append(block)
+            if len(self._idle) > self.keep:
+                smallest = min(self._idle, key=lambda b: b.size)
+                self._idle = [b for b in self._idle if b is not smallest]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._idle.clear()
+
+
+BUFFERS = (
+    BufferPool()
+)  # one per process (a forked worker starts with a copy of the parent's idle blocks)
 
 
 def preprocess_rows(
@@ -105,7 +168,7 @@ def batch_pixels(parts: list, patch_dim: int) -> np.ndarray:
         The batch's ``pixel_values`` as a numpy array (``torch.from_numpy`` shares it)."""
     if len(parts) == 1 and isinstance(parts[0], np.ndarray):
         return np.ascontiguousarray(parts[0])
-    out = np.empty((sum(p.shape[0] for p in parts), patch_dim), dtype=np.float32)
+    out = BUFFERS.empty((sum(p.shape[0] for p in parts), patch_dim))
     at = 0
     for p in parts:
         n = p.shape[0]
