@@ -26,9 +26,10 @@ from vlmdata.loaders.collate import Collator, Processed
 from vlmdata.loaders.device_images import defer_image, finish_batch
 from vlmdata.loaders.options import IMAGE_MODES, LoaderOptions
 from vlmdata.loaders.pipeline import Consumed, Plan, Stats, check_epoch
+from vlmdata.loaders.pixel_rows import preprocess_rows
 from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
 from vlmdata.qwen.tokenize import ChatTokenizer
-from vlmdata.qwen.vision import preprocess_any, preprocess_shape
+from vlmdata.qwen.vision import preprocess_shape
 from vlmdata.synthetic.names import IMAGEFREE, IMAGEFREE_FIXED, MOCKS
 from vlmdata.synthetic.source import MockSource, SyntheticSource
 
@@ -105,9 +106,9 @@ class SampleProcessor:
                     elif self.images == "device":
                         pv, g, item = defer_image(img, self.spec, self.min_pixels, self.max_pixels, self.resize)
                         deferred.append(item)
-                    else:
-                        pv, g = preprocess_any(img, self.spec, self.min_pixels, self.max_pixels, self.resize,
-                                               self.exact_images)
+                    else:  # patchified later, straight into the batch buffer (pixel_rows)
+                        pv, g = preprocess_rows(img, self.spec, self.min_pixels, self.max_pixels, self.resize,
+                                                self.exact_images)
                 except Exception as e:  # PIL raises OSError, SyntaxError, ValueError... for bad bytes
                     raise BadSampleError(f"image {i} undecodable: {type(e).__name__}: {e}", key=sample.key,
                                          reason="undecodable_image") from e
@@ -365,8 +366,8 @@ def make_loader(source: Any, options: LoaderOptions | None = None, *, tokenizer=
             ("imagefree", "bridge-noise"), or any object with ``get(i) -> Sample``. Synthetic and mock
             sources have ``options.epoch_samples`` per epoch.
         options: every setting (``LoaderOptions``; the defaults when None).
-        tokenizer: a HF Qwen tokenizer (default: ``vlmdata.qwen.spec.load_qwen_tokenizer()``, offline,
-            loaded once per process).
+        tokenizer: a HF Qwen tokenizer (default: the shipped one, offline, loaded once per process:
+            ``vlmdata.qwen.tokenize.shared_tokenizer``).
         **changes: options given by name instead (``make_loader(path, micro_batch_size=2)``), applied to
             ``options`` with ``LoaderOptions.replace`` (an unknown name raises ``OptionsError``).
 

@@ -143,9 +143,9 @@ class VlmdataDatasetProvider(_Base):
                             max_pixels=self.max_pixels, seed=self.seed, on_error=self.on_error)
 
     def _tokenizer(self):
-        from vlmdata.qwen.spec import load_qwen_tokenizer  # transformers: only when Bridge builds datasets
+        from vlmdata.qwen.tokenize import shared_tokenizer  # transformers: only when Bridge builds datasets
 
-        return load_qwen_tokenizer(self.tokenizer_path)
+        return shared_tokenizer(self.tokenizer_path)
 
     def build_datasets(self, context):
         if self.dataloader_type == "external":

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 import torch
 
+from vlmdata.loaders.pixel_rows import batch_pixels
 from vlmdata.qwen.tokenize import IGNORE_INDEX, TokenizedRow
 
 DEFERRED_KEY = "deferred_images"  # images left for the training device: see vlmdata.loaders.device_images
@@ -64,15 +65,17 @@ def _ceil(v: int, m: int) -> int:
     return v if m <= 1 else -(-v // m) * m
 
 
-def visual_inputs_of(pixel_values: list[np.ndarray], grids: list[tuple[int, int, int]], patch_dim: int) -> VisualInputs:
+def visual_inputs_of(pixel_values: list, grids: list[tuple[int, int, int]], patch_dim: int) -> VisualInputs:
+    """The batch's VisualInputs from its images' pixel rows (float32 arrays or ``PixelRows``, written
+    straight into one batch buffer: ``pixel_rows.batch_pixels``) and grids."""
     if not grids:
         return VisualInputs()
-    if all(a.strides == (0, 0) for a in pixel_values):  # shapes-only rows: keep the batch free of pixel memory
+    if all(isinstance(a, np.ndarray) and a.strides == (0, 0) for a in pixel_values):
+        # shapes-only rows: keep the batch free of pixel memory
         rows = sum(a.shape[0] for a in pixel_values)
         return VisualInputs(pixel_values=torch.zeros((1, 1), dtype=torch.float32).expand(rows, patch_dim),
                             image_grid_thw=torch.tensor(grids, dtype=torch.int64).reshape(-1, 3))
-    pv = pixel_values[0] if len(pixel_values) == 1 else np.concatenate(pixel_values)
-    return VisualInputs(pixel_values=torch.from_numpy(np.ascontiguousarray(pv)),
+    return VisualInputs(pixel_values=torch.from_numpy(batch_pixels(pixel_values, patch_dim)),
                         image_grid_thw=torch.tensor(grids, dtype=torch.int64).reshape(-1, 3))
 
 
@@ -167,7 +170,7 @@ class Processed:
 
     key: str
     row: TokenizedRow
-    pixel_values: list[np.ndarray]
+    pixel_values: list  # float32 [rows, patch_dim] arrays, or PixelRows (patchified into the batch buffer)
     grids: list[tuple[int, int, int]]
     deferred: list = field(default_factory=list)  # images left for the training device (device_images)
 

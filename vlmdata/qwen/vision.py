@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 from PIL import Image
 
-from vlmdata.qwen.image import patchify, preprocess_image, preprocess_pil
+from vlmdata.qwen.image import patchify, preprocess_image, preprocess_pil, resized_array
 from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, QwenSpec, get_spec, smart_resize
 
 QVU_FACTOR = 28  # qwen-vl-utils image_patch_size=14 default * SPATIAL_MERGE_SIZE 2
@@ -61,7 +61,10 @@ def bridge_target_size(height: int, width: int, spec: str | QwenSpec = "qwen3-vl
 
 
 def qvu_to_rgb(img: Image.Image) -> Image.Image:
-    """qwen-vl-utils ``to_rgb``: RGBA pasted on white by its alpha, anything else ``convert("RGB")``."""
+    """qwen-vl-utils ``to_rgb``: RGBA pasted on white by its alpha, anything else ``convert("RGB")``
+    (an RGB image is returned as it is: Pillow's convert would only copy it)."""
+    if img.mode == "RGB":
+        return img
     if img.mode == "RGBA":
         bg = Image.new("RGB", img.size, (255, 255, 255))
         bg.paste(img, mask=img.split()[3])
@@ -98,10 +101,20 @@ def preprocess_bridge(data: bytes | Image.Image, spec: str | QwenSpec = "qwen3-v
     """One image (encoded bytes or PIL) -> (pixel_values float32 [gh*gw, 3*T*p*p], (1, gh, gw)) as Bridge's
     collate (qwen-vl-utils pre-resize + HF processor) produces them. See the module docstring."""
     s = get_spec(spec)
+    a, chw = bridge_resized(data, s, min_pixels, max_pixels, exact)
+    h, w = a.shape[1:] if chw else a.shape[:2]
+    return patchify(a, s, chw), (1, h // s.patch_size, w // s.patch_size)
+
+
+def bridge_resized(data: bytes | Image.Image, spec: QwenSpec, min_pixels: int, max_pixels: int,
+                   exact: bool) -> tuple[np.ndarray, bool]:
+    """(uint8 image at Bridge's final size, chw): what ``preprocess_bridge`` patchifies; (H, W, 3), or
+    (3, H, W) when ``chw``."""
+    s = spec
     fresh = isinstance(data, (bytes, bytearray, memoryview))
     img = Image.open(io.BytesIO(data)) if fresh else data
     if exact:
-        return preprocess_pil(qvu_fetch_image(img), s, min_pixels, max_pixels, draft=False)
+        return resized_array(qvu_fetch_image(img), s, min_pixels, max_pixels, False, "pil")
     w, h = img.size
     th, tw = target_size(h, w, s, min_pixels, max_pixels, "bridge")
     box = None
@@ -112,12 +125,11 @@ def preprocess_bridge(data: bytes | Image.Image, spec: str | QwenSpec = "qwen3-v
     img = qvu_to_rgb(img)
     a = np.asarray(img)
     if (a.shape[0], a.shape[1]) == (th, tw) and box is None:
-        return patchify(a, s), (1, th // s.patch_size, tw // s.patch_size)
+        return a, False
     scale = None
     if box is not None and (box[2], box[3]) != img.size:
         scale = (th / box[3], tw / box[2])
-    chw = _resize_torch_to(a, (th, tw), scale)
-    return patchify(chw, s, chw=True), (1, th // s.patch_size, tw // s.patch_size)
+    return _resize_torch_to(a, (th, tw), scale), True
 
 
 def target_size(height: int, width: int, spec: str | QwenSpec, min_pixels: int, max_pixels: int,
