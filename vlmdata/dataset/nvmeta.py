@@ -78,7 +78,8 @@ def prepare_energon(root: str, shard_names: list[str], workers: int = 1, target:
     if os.path.isdir(meta):
         shutil.rmtree(meta)
     with contextlib.redirect_stdout(io.StringIO()):  # energon prints its progress
-        BaseWebdatasetFactory.prepare_dataset(root, list(shard_names), split_parts_patterns=SPLIT_PARTS_PATTERNS,
+        # energon annotates Path | EPath but wraps the argument in EPath(), which takes a str
+        BaseWebdatasetFactory.prepare_dataset(root, list(shard_names), split_parts_patterns=SPLIT_PARTS_PATTERNS,  # pyright: ignore[reportArgumentType]
                                               workers=max(1, workers), shuffle_seed=None)
     shutil.copyfile(LOADER_SOURCE, os.path.join(meta, LOADER_NAME))
     with open(os.path.join(meta, "dataset.yaml"), "w") as f:
