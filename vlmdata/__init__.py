@@ -16,6 +16,16 @@ are resolved on first use (PEP 562 ``__getattr__``).
 """
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ below imports on first use
+    from vlmdata.build.builder import BuildOptions, build
+    from vlmdata.dataset.validate import validate
+    from vlmdata.errors import VlmdataError
+    from vlmdata.interop.hf import load_hf
+    from vlmdata.loaders.api import make_loader
+    from vlmdata.loaders.options import LoaderOptions
+    from vlmdata.profile.measure import profile_dataset
 
 __version__ = "0.1.0"
 __all__ = [

@@ -2,6 +2,7 @@
 vlmdata.energon_sample``): kept so that datasets built before and after the layout change load alike.
 The class lives in ``vlmdata.interop.energon``."""
 
-from vlmdata.interop.energon import ChatMLSample, ChatMLWebdataset
+# pyright resolves these names through the (unresolvable here) Megatron Bridge import of the try/except there
+from vlmdata.interop.energon import ChatMLSample, ChatMLWebdataset  # pyright: ignore[reportAttributeAccessIssue]
 
 __all__ = ["ChatMLSample", "ChatMLWebdataset"]

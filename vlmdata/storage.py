@@ -124,7 +124,7 @@ SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID",
               "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CONNECTION_STRING", "GOOGLE_APPLICATION_CREDENTIALS_JSON")
 
 
-def redact_text(text: str) -> str:
+def redact_text(text: object) -> str:
     """Scrub secrets from any text.
 
     Args:
@@ -346,7 +346,8 @@ def cat_many(paths: list[str]) -> dict[str, bytes | Exception]:
     if remote:
         fs, _ = fs_and_path(remote[0])
         inner = {fs_and_path(p)[1]: p for p in remote}
-        got = fs.cat(list(inner), on_error="return")
+        # fsspec is untyped: with on_error="return" cat of a list is {path: bytes or the exception}
+        got: dict[str, bytes | Exception] = fs.cat(list(inner), on_error="return")
         for k, v in got.items():
             out[inner.get(k, inner.get(k.lstrip("/"), k))] = v
     return out

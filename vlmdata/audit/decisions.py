@@ -84,18 +84,21 @@ def decide_configs(configs: list[dict], *, threshold: float = 0.10, memory_limit
         both = [(r[metric], real_rows[r["config"]][metric]) for r in per_source[name]["rows"]
                 if r[metric] is not None and not r["oom"] and real_rows[r["config"]][metric] is not None
                 and not real_rows[r["config"]]["oom"]]
-        tau = kendalltau([a for a, _ in both], [b for _, b in both]).statistic if len(both) >= 2 else None
+        # scipy's inferred return type of kendalltau lacks SignificanceResult.statistic
+        tau = kendalltau([a for a, _ in both], [b for _, b in both]).statistic if len(both) >= 2 else None  # pyright: ignore[reportAttributeAccessIssue]
         d["kendall_tau"] = None if tau is None or math.isnan(tau) else float(tau)
         on_real = real_rows.get(choice) if choice else None
         if choice is None or real_best is None:
             d["regret"], d["choice_on_real"] = None, None
-        elif on_real["oom"]:
-            d["regret"], d["choice_on_real"] = math.inf, "oom"
-        elif not on_real["fits"]:
-            d["regret"], d["choice_on_real"] = math.inf, "does not fit"
         else:
-            d["regret"] = 1 - on_real[metric] / real_rows[real_best][metric]
-            d["choice_on_real"] = on_real[metric]
+            assert on_real is not None  # every source has a row per configuration
+            if on_real["oom"]:
+                d["regret"], d["choice_on_real"] = math.inf, "oom"
+            elif not on_real["fits"]:
+                d["regret"], d["choice_on_real"] = math.inf, "does not fit"
+            else:
+                d["regret"] = 1 - on_real[metric] / real_rows[real_best][metric]
+                d["choice_on_real"] = on_real[metric]
         d["line"] = _line(name, d)
         result["mocks"][name] = d
         if d["regret"] is not None and d["regret"] > threshold:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,7 +47,7 @@ def init_distributed(device: str) -> DistInfo | None:
         device = f"cuda:{local}"
     backend = "nccl" if cuda else "gloo"
     if not dist.is_initialized():
-        kwargs = {"device_id": torch.device(device)} if cuda else {}
+        kwargs: dict[str, Any] = {"device_id": torch.device(device)} if cuda else {}
         dist.init_process_group(backend, **kwargs)
     return DistInfo(dist.get_rank(), dist.get_world_size(), local, device, backend)
 

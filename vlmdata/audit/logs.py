@@ -122,7 +122,7 @@ def parse_line(line: str) -> dict | None:
     m = ITER_RE.search(line)
     if not m:
         return None
-    fields = {"iteration": int(m.group(1)), "train_iters": int(m.group(2))}
+    fields: dict[str, float | None] = {"iteration": int(m.group(1)), "train_iters": int(m.group(2))}
     for part in m.group(3).split("|"):
         key, sep, value = part.partition(":")
         if sep and _num(value) is not None:

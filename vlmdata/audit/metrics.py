@@ -109,6 +109,7 @@ def summarize(records: list[dict], world_size: int = 1) -> dict:
     if not records:
         raise ValueError("no measured steps")
     ms = _column(records, "step_ms")
+    assert ms is not None  # every step record carries step_ms (runner, distributed, logs)
     out = {"steps": len(records), "world_size": world_size,
            "step_ms": {"median": _pct(ms, 50), "p10": _pct(ms, 10), "p90": _pct(ms, 90), "mean": float(ms.mean()),
                        "std": float(ms.std(ddof=1)) if len(ms) > 1 else 0.0,
@@ -135,7 +136,7 @@ def summarize(records: list[dict], world_size: int = 1) -> dict:
     wait = _column(records, "data_wait_ms")
     out["data_wait_fraction"] = None if wait is None else float(wait.sum() / ms.sum())
     out["data_wait"] = data_wait_split(records)
-    peaks = [r.get("peak_mem_bytes") for r in records if r.get("peak_mem_bytes") is not None]
+    peaks = [p for r in records if (p := r.get("peak_mem_bytes")) is not None]
     out["peak_mem_bytes"] = max(peaks) if peaks else None
     vts = [v for r in records for v in r.get("visual_tokens_per_sample") or []]
     out["visual_tokens_per_sample"] = vts
@@ -158,7 +159,9 @@ def ratio_ci(num: list[dict], den: list[dict], name: str, *, world_num: int = 1,
     a, b = rate(num, name, world_num), rate(den, name, world_den)
     if a is None or b is None or b == 0:
         return None
-    (wa, ta), (wb, tb) = _rate_arrays(num, name), _rate_arrays(den, name)
+    ra, rb = _rate_arrays(num, name), _rate_arrays(den, name)
+    assert ra is not None and rb is not None  # both rates exist, so both columns do
+    (wa, ta), (wb, tb) = ra, rb
     rng = np.random.default_rng(seed)
     paired = paired and len(wa) == len(wb)
     ia = rng.integers(0, len(wa), (n_boot, len(wa)))

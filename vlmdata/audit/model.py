@@ -121,7 +121,7 @@ def build_model(preset: str = "tiny", device: str | torch.device = "cpu",
     for param in model.parameters():  # parameters only: RoPE inv_freq buffers stay fp32
         param.data = param.data.to(dtype)
     model.train()
-    model.vlmdata_preset = preset
+    model.vlmdata_preset = preset  # pyright: ignore[reportArgumentType]  # nn.Module.__setattr__ takes any value
     model.vlmdata_master_weights = PRESETS[preset].get("master_weights", True)
     return model
 

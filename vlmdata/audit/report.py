@@ -397,7 +397,7 @@ def _head_lines(report: dict) -> list[tuple[str, str]]:
 
 def markdown(report: dict) -> str:
     v = report.get("verdict")
-    parts = ["# vlmdata audit" + {"logs": " compare", "sweep": " sweep"}.get(report.get("kind"), ""), "",
+    parts = ["# vlmdata audit" + {"logs": " compare", "sweep": " sweep"}.get(report.get("kind") or "", ""), "",
              f"**{v['line']}**" if v else "_no verdict (needs real and one other source)_", ""]
     for label, text in _head_lines(report):
         parts += [f"{label}: {text}" + ("" if text.endswith(".") else "."), ""]
@@ -414,7 +414,7 @@ def html_page(report: dict, pngs: dict[str, bytes] | None = None) -> str:
     esc = html.escape
     v = report.get("verdict")
     colour = "#b00" if v and v["status"] == "MISLEADING" else "#070"
-    body = ["<h1>vlmdata audit" + {"logs": " compare", "sweep": " sweep"}.get(report.get("kind"), "") + "</h1>",
+    body = ["<h1>vlmdata audit" + {"logs": " compare", "sweep": " sweep"}.get(report.get("kind") or "", "") + "</h1>",
             f"<p style='font-size:1.2em;color:{colour}'><b>{esc(v['line'])}</b></p>" if v else
             "<p><i>no verdict</i></p>"]
     body += [f"<p><b>{esc(label)}:</b> {esc(text)}</p>" for label, text in _head_lines(report)]

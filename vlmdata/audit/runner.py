@@ -226,7 +226,9 @@ def environment(device: str) -> dict:
            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     if dev.type == "cuda":
         env.update(device_name=torch.cuda.get_device_name(dev), cuda=torch.version.cuda,
-                   cudnn=torch.backends.cudnn.version(), nccl=".".join(map(str, torch.cuda.nccl.version())))
+                   cudnn=torch.backends.cudnn.version(),
+                   # torch.cuda.nccl is loaded by `import torch` but torch.cuda does not import it by name
+                   nccl=".".join(map(str, torch.cuda.nccl.version())))  # pyright: ignore[reportAttributeAccessIssue]
     else:
         env["device_name"] = platform.processor() or platform.machine()
     return env

@@ -54,7 +54,7 @@ class ImagePadMismatch(VlmdataError, ValueError):
     """``input_ids`` do not hold exactly t*h*w/4 ``<|image_pad|>`` tokens for each image."""
 
 
-def _get(obj, key):
+def _get(obj, key) -> Any:
     if obj is None:
         return None
     return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
@@ -200,7 +200,7 @@ class MasterAdamW:
             torch.nn.utils.clip_grad_norm_(self.master, clip_grad)
         self.optimizer.step()
         with torch.no_grad():
-            torch._foreach_copy_(self.params, self.master)
+            torch._foreach_copy_(self.params, self.master)  # pyright: ignore[reportPrivateImportUsage]  # public op, not in torch's __all__
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p, m in zip(self.params, self.master):
@@ -222,7 +222,7 @@ class TrainStep:
     allocated since the last ``reset_peak_memory``, None on CPU), ``timer`` and ``device``.
     """
 
-    def __init__(self, model, optimizer: torch.optim.Optimizer | None = None, *, lr: float = 1e-4,
+    def __init__(self, model, optimizer: torch.optim.Optimizer | MasterAdamW | None = None, *, lr: float = 1e-4,
                  weight_decay: float = 0.0, clip_grad: float | None = 1.0,
                  master_weights: bool | None = None, check: bool = True, logits: str = "all",
                  after_backward=None, forward_module: LossForward | None = None):

@@ -29,6 +29,7 @@ import os
 import sys
 import time
 from dataclasses import replace
+from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -110,6 +111,7 @@ def materialize(batch: dict) -> dict:
     pv = _visual(batch, "pixel_values")
     if pv is None or pv.is_contiguous():
         return batch
+    assert v is not None  # pv came from it
     if isinstance(v, dict):
         return {**batch, "visual_inputs": {**v, "pixel_values": pv.contiguous()}}
     return {**batch, "visual_inputs": replace(v, pixel_values=pv.contiguous())}
@@ -223,7 +225,7 @@ class UserWorkload:
         return {"times_ms": times, "wall_ms": ms, "peak_mem_bytes": peak, "loss": self._last.get("loss")}
 
     def flops(self, batch: dict) -> dict:
-        out = count_tokens(batch, IMAGE_TOKEN_ID)
+        out: dict[str, Any] = count_tokens(batch, IMAGE_TOKEN_ID)
         out["total_flops"] = self._last.get("flops")
         return out
 

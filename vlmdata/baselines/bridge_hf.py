@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -155,11 +156,13 @@ class BridgeReference:
         without_idx = [i for i, im in enumerate(per_images) if not im]
         bw = self._process([texts[i] for i in with_idx], [per_images[i] for i in with_idx]) if with_idx else None
         bo = self._process([texts[i] for i in without_idx]) if without_idx else None
+        batch: dict[str, Any] | None
         if bw is not None and bo is None:
             batch = bw
         elif bw is None:
             batch = bo
         else:
+            assert bo is not None  # both halves present here
             pad_id = self.processor.tokenizer.pad_token_id or 0
             L = max(bw["input_ids"].shape[1], bo["input_ids"].shape[1])
             pad = lambda x, v: F.pad(x, (0, L - x.shape[1]), value=v)  # noqa: E731
@@ -173,6 +176,7 @@ class BridgeReference:
             for k in VISUAL_KEYS:
                 if k in bw:
                     batch[k] = bw[k]
+        assert batch is not None  # both halves are None only for an empty ``samples``
         B, S = batch["input_ids"].shape
         batch["position_ids"] = torch.arange(S).unsqueeze(0).expand(B, -1).clone()
         mask = torch.tensor([self.boundary_mask(batch["input_ids"][b].tolist(), roles[b]) for b in range(B)],

@@ -42,7 +42,7 @@ import time
 from collections import Counter, deque
 from dataclasses import asdict, dataclass, fields
 from itertools import chain, islice
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from vlmdata import storage
 from vlmdata.build.engines import Engine, EngineError, LocalEngine, engine_context
@@ -178,6 +178,7 @@ def _prepare(item: SourceItem, opts: BuildOptions, skip) -> Entry | dict:
     bad = conversation_problem(item.conversation)
     if bad:
         return skip(*bad)
+    assert item.conversation is not None  # conversation_problem found a non-empty list
     if count_image_parts(item.conversation) != len(item.images):
         return skip("bad_record", f"{count_image_parts(item.conversation)} image parts but {len(item.images)} images")
     sample = Sample(key=key_for(item.index), conversation=item.conversation, source_id=safe_label(item.source_id, 200))
@@ -746,7 +747,7 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
     created = not remote and not os.path.lexists(out)
     try:
         _precheck_out(out, resume, [source] + ([storage.local(opts.image_root)] if opts.image_root else []))
-        with _lock(staging if remote else out), _remove_if_left_empty(out if created else None):
+        with _lock(out if staging is None else staging), _remove_if_left_empty(out if created else None):
             return _build_locked(source, out, opts, resume, overwrite, progress, energon, energon_target, engine,
                                  address, staging)
     except SourceChanged as e:
@@ -807,8 +808,8 @@ def _build_locked(source, out, opts, resume, overwrite, progress, energon, energ
         new, seen, tail_skips = run_build_pipeline(islice(items, start, None), opts, planner, writer, eng, start, progress)
     records = done + new
     acc = Accounting.from_records(seen, records, tail_skips)
-    manifest_args = dict(kind="build", prefix=opts.prefix, records=records, accounting=acc,
-                         options={**opts.fingerprint(), "workers": workers},
+    manifest_args: dict[str, Any] = dict(kind="build", prefix=opts.prefix, records=records, accounting=acc,
+                                         options={**opts.fingerprint(), "workers": workers},
                          source={"format": fmt, "path": storage.redact(source),
                                  "fingerprint": fingerprint["source_fingerprint"]})
     if remote:

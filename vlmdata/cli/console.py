@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import IO, Iterable, Iterator
+from typing import IO, Callable, Iterable, Iterator
 
 from rich import box
 from rich.console import Console
@@ -77,7 +77,7 @@ class Advance:
         self.description, self.total, self.unit = description, total, unit
         self.n = 0
         self.start = time.monotonic()
-        self._on_change = None
+        self._on_change: Callable[[], None] | None = None
 
     def __call__(self, n: int = 1) -> None:
         self.n += n

@@ -36,6 +36,7 @@ import io
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Literal
 
 from PIL import Image, ImageOps
 
@@ -94,7 +95,8 @@ def _exif_orientation(app1: bytes) -> int:
     if not app1.startswith(b"Exif\0\0") or len(app1) < 14:
         return 1
     t = app1[6:]
-    order = {b"II": "little", b"MM": "big"}.get(t[:2])
+    orders: dict[bytes, Literal["little", "big"]] = {b"II": "little", b"MM": "big"}
+    order = orders.get(t[:2])
     if order is None:
         return 1
     ifd = int.from_bytes(t[4:8], order)

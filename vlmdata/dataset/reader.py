@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import BinaryIO, Literal
 
 from vlmdata import storage
 from vlmdata.dataset.images import ImageProblem, check_image
@@ -51,6 +52,8 @@ _MAX_PADDING = 20 * 512  # zero bytes a tar writer may leave after the end-of-ar
 
 
 class _Broken(Exception):
+    refs: list[SampleRef]  # what _strict_scan had read when it broke (set there)
+
     def __init__(self, reason: str, detail: str, pos: int):
         super().__init__(detail)
         self.reason, self.detail, self.pos = reason, detail, pos
@@ -261,7 +264,7 @@ def _reconcile(refs: list[SampleRef], broken: _Broken | None, entry: dict | None
     return out
 
 
-def scan_shard(path: str, shard_idx: int = 0, expected: "dict | None | bool" = None) -> list[SampleRef]:
+def scan_shard(path: str, shard_idx: int = 0, expected: "dict | None | Literal[False]" = None) -> list[SampleRef]:
     """Locate every sample's members by reading only the tar headers (``path`` may be an fsspec URL).
 
     The result accounts for exactly the shard's samples in the manifest beside it (``expected``: its
@@ -364,7 +367,7 @@ class ShardReader:
 
     def __init__(self, paths: list[str]):
         self.paths = paths
-        self._files: dict[int, object] = {}
+        self._files: dict[int, BinaryIO] = {}
 
     def read(self, ref: SampleRef) -> dict[str, bytes]:
         """The sample's members; OSError when the shard is shorter than its index (it changed)."""

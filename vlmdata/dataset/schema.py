@@ -207,7 +207,7 @@ def count_image_parts(conversation: list[dict]) -> int:
     return sum(
         1
         for turn in conversation
-        for part in (turn.get("content") if isinstance(turn.get("content"), list) else [])
+        for part in (turn["content"] if isinstance(turn.get("content"), list) else [])
         if isinstance(part, dict) and part.get("type") == "image"
     )
 

@@ -43,7 +43,8 @@ class Entry:
 
     @classmethod
     def from_sample(cls, sample: Sample, index: int) -> "Entry":
-        images = [(info.file, data, len(data)) for info, data in zip(sample.image_info, sample.images)]
+        images: list[tuple[str, ImagePayload, int]] = [(info.file, data, len(data))
+                                                       for info, data in zip(sample.image_info, sample.images)]
         return cls(index, sample.key, dumps(sample.meta()), images, input=sample.key, source_id=sample.source_id)
 
     @property

@@ -17,9 +17,12 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Iterator
 
 from vlmdata.errors import VlmdataError
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRead  # anything with read(n) -> bytes (files, hashing wrappers)
 
 BLOCK = 512
 END_BYTES = 2 * BLOCK
@@ -157,7 +160,7 @@ def _pax_path(data: bytes) -> str | None:
     return found
 
 
-def _read_exact(f: BinaryIO, n: int) -> bytes:
+def _read_exact(f: SupportsRead[bytes], n: int) -> bytes:
     chunks, got = [], 0
     while got < n:
         b = f.read(min(n - got, 1 << 24))
@@ -168,7 +171,7 @@ def _read_exact(f: BinaryIO, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def iter_members(fileobj: BinaryIO) -> Iterator[tuple[str, bytes, bytes]]:
+def iter_members(fileobj: SupportsRead[bytes]) -> Iterator[tuple[str, bytes, bytes]]:
     """(name, data, type flag) of every member, read sequentially with the strict header parser. GNU long
     names and pax paths are applied. Raises TarReadError (with the byte offset) for a corrupt header, a
     member cut short, a missing end-of-archive block or non-zero bytes after it."""
@@ -207,7 +210,7 @@ def iter_members(fileobj: BinaryIO) -> Iterator[tuple[str, bytes, bytes]]:
         long_name = None
 
 
-def iter_raw_samples(fileobj: BinaryIO) -> Iterator[RawSample]:
+def iter_raw_samples(fileobj: SupportsRead[bytes]) -> Iterator[RawSample]:
     """Group consecutive regular-file members by key. A member whose suffix the current sample already has
     starts a new sample with the same key (a duplicated key is two samples, never a silent merge).
     Raises TarReadError where the archive breaks (``key``: the sample being read then)."""

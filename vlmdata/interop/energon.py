@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 try:  # pragma: no cover - exercised only where Megatron Bridge is installed
-    from megatron.bridge.data.energon.task_encoder_utils import ChatMLSample, ChatMLWebdataset  # noqa: F401
+    from megatron.bridge.data.energon.task_encoder_utils import ChatMLSample, ChatMLWebdataset  # noqa: F401  # pyright: ignore[reportMissingImports]
 except Exception:  # Bridge absent (or not importable on this machine)
     import torch
     from megatron.energon import DefaultDecoderWebdatasetFactory, Sample

@@ -47,7 +47,7 @@ def resolve_shards(source: str) -> list[str]:
     return list(ref.shards)
 
 
-def open_source(source, seed: int):
+def open_source(source, seed: int) -> tuple[str, Any]:
     """(kind, payload): ("shards", paths) or ("source", object with .get(i) -> Sample)."""
     if hasattr(source, "get") and callable(source.get):
         return "source", source
@@ -145,7 +145,8 @@ class _Stream(torch.utils.data.IterableDataset):
         self.processor, self.collator = processor, collator
         self.rank, self.world, self.num_workers = rank, world, max(1, num_workers)
         self.mbs, self.on_error, self.drop_last = micro_batch_size, on_error, drop_last
-        self.start_epoch, self.end_epoch = 0, 1
+        self.start_epoch = 0
+        self.end_epoch: int | None = 1  # None: forever
         self.bases: dict[int, Consumed] = {}  # epoch -> positions consumed before this iteration began
 
     def _load(self, reader, item) -> Sample:

@@ -90,13 +90,14 @@ class MapDataset:
                     return self.processor(self.payload.get(epoch * self.n + idx))
                 if self._reader is None:
                     self._reader = ShardReader(self.payload)
+                assert self.refs is not None  # kind "shards"
                 ref = self.refs[idx]
                 if ref.error is not None:
                     raise BadSampleError(ref.error[1], key=ref.key, reason=ref.error[0])
 
                 return self.processor(parse_raw(self._reader.read(ref), ref.key))
             except BadSampleError as e:
-                shard = self.payload[self.refs[idx].shard] if self.kind == "shards" else f"source[{idx}]"
+                shard = self.payload[self.refs[idx].shard] if self.refs is not None else f"source[{idx}]"  # kind "shards"
                 if self.on_error == "raise":
                     raise
                 self.skipped.append(record_skip(shard, e.key, e.reason, str(e)))
@@ -115,7 +116,7 @@ class _BridgeCollate:
 
 
 @dataclass(kw_only=True)
-class VlmdataDatasetProvider(_Base):
+class VlmdataDatasetProvider(_Base):  # pyright: ignore[reportGeneralTypeIssues]  # Bridge's class or the fallback above
     """vlmdata real / synthetic / mock data for Bridge's Qwen-VL steps (see module docstring)."""
 
     source: str = "sample_shards"

@@ -55,7 +55,7 @@ class VisualInputs:
 
     def to_bridge(self):
         """Bridge's ``GenericVisualInputs`` with the same tensors (ImportError without Bridge)."""
-        from megatron.bridge.training.utils.visual_inputs import GenericVisualInputs
+        from megatron.bridge.training.utils.visual_inputs import GenericVisualInputs  # pyright: ignore[reportMissingImports]  # optional: Bridge
 
         names = {f.name for f in fields(GenericVisualInputs)}
         return GenericVisualInputs(**{k: v for k, v in self.as_model_kwargs().items() if k in names})

@@ -46,6 +46,7 @@ def defer_image(data, spec: QwenSpec, min_pixels: int, max_pixels: int, resize: 
     w, h = img.size
     th, tw = target_size(h, w, spec, min_pixels, max_pixels, resize)
     if fmt == "JPEG" and img.mode in ("RGB", "L", "CMYK", "YCbCr"):
+        assert not isinstance(data, Image.Image)  # fmt is None for an in-memory image
         item = ("jpeg", bytes(data), (th, tw))
     else:  # PNG, WebP, in-memory images...: RGB pixels from the worker, resized on the device
         rgb = img.convert("RGB") if img.mode != "RGB" else img

@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import PIL
@@ -156,7 +156,7 @@ def count_text_tokens(tok, conversations: list[list[dict]]) -> list[tuple[int, i
         ids = tok(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
         for (i, is_answer), t in zip(owner, ids):
             out[i][1 if is_answer else 0] += len(t)
-    return [tuple(o) for o in out]
+    return [(q, a, t) for q, a, t in out]
 
 
 # --------------------------------------------------------------------------- reading inputs
@@ -214,6 +214,7 @@ def _iter_shard_samples(paths: list[str], skipped: Counter, counts: list[int] | 
                 if reason:
                     skipped[reason] += 1
                     continue
+                assert conv is not None  # _sample_problem rejects a missing conversation
                 yield InputSample(conv, images, f"{storage.basename(path)}:{safe_label(raw.key, 200)}")
         except TarReadError:
             lost = (counts[n] - got) if counts and counts[n] > got else 1
@@ -537,7 +538,7 @@ def validate_profile(p, where: str = "profile") -> dict:
         raise ProfileError(f"{where}: schema {p.get('schema')!r}, expected {PROFILE_SCHEMA!r}"
                            + (" (a different profile version)" if str(p.get("schema", "")).startswith("vlmdata.profile/")
                               else ""))
-    rows = p.get("rows")
+    rows: Any = p.get("rows")  # unchecked JSON: a wrong shape raises below
     try:
         s, im = rows["samples"], rows["images"]
         n = len(s["n_images"])

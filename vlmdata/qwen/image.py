@@ -217,7 +217,7 @@ def decode_jpeg_gpu(images: list[bytes], device: str = "cuda") -> list:
     import torch
 
     try:
-        from torchvision.io import ImageReadMode, decode_jpeg
+        from torchvision.io import ImageReadMode, decode_jpeg  # pyright: ignore[reportMissingImports]  # optional
     except ImportError as e:
         raise RuntimeError("decode_jpeg_gpu needs torchvision (pip install torchvision)") from e
     if not str(device).startswith("cuda") or not torch.cuda.is_available():

@@ -17,6 +17,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 CONTROL_TOKEN = re.compile(r"<\|[A-Za-z0-9_]+\|>")  # Qwen's special-token syntax: <|im_end|>, <|image_pad|>, ...
 
@@ -177,7 +178,7 @@ def build_image_processor(
     configured for ``model``. ``backend="pil"`` -> ``Qwen2VLImageProcessorPil``;
     ``backend="torchvision"`` -> ``Qwen2VLImageProcessor`` (the fast one; needs torchvision)."""
     s = get_spec(model)
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         patch_size=s.patch_size,
         temporal_patch_size=s.temporal_patch_size,
         merge_size=s.merge_size,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -184,7 +184,7 @@ class ChatTokenizer:
             if isinstance(content, str):
                 runs.append(content)
             else:
-                for part in content:
+                for part in cast("list[dict]", content):  # schema: content is a str or a list of parts
                     if part.get("type") == "image" or "image" in part or "image_url" in part:
                         runs += [self.vision_start, ("img", n_img), self.vision_end]
                         n_img += 1

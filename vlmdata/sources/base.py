@@ -62,7 +62,7 @@ class BadPath(VlmdataError, ValueError):
         self.reason, self.detail = reason, detail
 
 
-def confine(ref: str, root: str, allow_outside_root: bool) -> str:
+def confine(ref: object, root: str, allow_outside_root: bool) -> str:
     """The path to read for an image reference ``ref`` found in a record under ``root`` (a local folder or
     a remote URL prefix). Relative references are joined to ``root``; the result must stay inside
     ``root`` unless ``allow_outside_root``. Raises BadPath (reason ``bad_path`` or ``outside_root``)."""

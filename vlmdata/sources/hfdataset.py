@@ -10,7 +10,7 @@ from __future__ import annotations
 import glob
 import io
 import os
-from typing import Iterator
+from typing import Any, Iterator, cast
 
 from vlmdata.dataset.schema import safe_label
 from vlmdata.sources.base import BadPath, SourceError, SourceItem, confine
@@ -90,6 +90,7 @@ def iter_hf(path: str, prompt: str, image_column: str | None, text_column: str |
     for want, got, kind in ((image_column, icol, "image"), (text_column, tcol, "text")):
         if got is None or got not in cols:
             raise SourceError(f"{path}: no {kind} column {want or ''} (columns: {cols}); name it with {kind}_column")
+    assert icol is not None and tcol is not None  # checked just above
     # undecoded access: image features give {"bytes", "path"} dicts
     feats = {c: f for c, f in ds.features.items()}
     if isinstance(feats.get(icol), datasets.Image):
@@ -97,12 +98,13 @@ def iter_hf(path: str, prompt: str, image_column: str | None, text_column: str |
     elif isinstance(feats.get(icol), datasets.Sequence) or isinstance(feats.get(icol), list):
         inner = feats[icol].feature if hasattr(feats[icol], "feature") else feats[icol][0]
         if isinstance(inner, datasets.Image):
-            ds = ds.cast_column(icol, datasets.Sequence(datasets.Image(decode=False)))
+            # datasets' FeatureType annotation omits what its own Sequence() returns
+            ds = ds.cast_column(icol, datasets.Sequence(datasets.Image(decode=False)))  # pyright: ignore[reportArgumentType]
     idcol = next((c for c in ("id", "key", "__key__") if c in cols), None)
     name = safe_label(os.path.basename(os.path.normpath(path)))
     # relative image paths in the cells: against image_root, else the dataset's own folder
     root = os.path.abspath(image_root or (path if os.path.isdir(path) else os.path.dirname(path)))
-    rows = iter(ds)
+    rows = cast("Iterator[dict[str, Any]]", iter(ds))  # an unformatted Dataset yields dict rows
     index = 0
     while True:
         try:

@@ -16,7 +16,7 @@ from typing import Iterator
 
 from vlmdata import storage
 from vlmdata.dataset.schema import BadJSON, loads, safe_label
-from vlmdata.sources.base import MAX_RECORD_BYTES, BadPath, SourceError, SourceItem, confine
+from vlmdata.sources.base import MAX_RECORD_BYTES, BadPath, ImageRef, SourceError, SourceItem, confine
 from vlmdata.sources.text import BadRecord, from_turns
 
 _BOM = b"\xef\xbb\xbf"
@@ -90,21 +90,21 @@ def iter_records(path: str, raw: bool = False) -> Iterator[tuple[str, object, st
                 yield f"{name}:{lineno}", None, str(e)
 
 
-def _llava(rec: dict, root: str, allow: bool) -> tuple[list, list[str]]:
+def _llava(rec: dict, root: str, allow: bool) -> tuple[list, list[ImageRef]]:
     images = rec.get("image", rec.get("images"))
     images = [] if images is None else images if isinstance(images, list) else [images]
-    paths = [confine(p, root, allow) for p in images]
+    paths: list[ImageRef] = [confine(p, root, allow) for p in images]
     return from_turns(rec.get("conversations"), len(paths), "from", "value"), paths
 
 
-def _messages(rec: dict, root: str, allow: bool) -> tuple[list, list[str]]:
+def _messages(rec: dict, root: str, allow: bool) -> tuple[list, list[ImageRef]]:
     msgs = rec.get("messages")
     if not isinstance(msgs, list):
         raise BadRecord("no 'messages' list")
-    paths: list[str] = []
+    paths: list[ImageRef] = []
     if any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in msgs):
         for m in msgs:
-            for item in m.get("content") if isinstance(m, dict) and isinstance(m.get("content"), list) else []:
+            for item in m["content"] if isinstance(m, dict) and isinstance(m.get("content"), list) else []:
                 if isinstance(item, dict) and item.get("type") == "image":
                     ref = item.get("image", item.get("path", item.get("url")))
                     paths.append(confine(ref, root, allow))

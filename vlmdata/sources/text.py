@@ -28,7 +28,7 @@ def split_placeholders(text: str) -> list[dict]:
     return parts
 
 
-def from_turns(turns: list, n_images: int, role_key: str, text_key: str) -> list[dict]:
+def from_turns(turns: object, n_images: int, role_key: str, text_key: str) -> list[dict]:
     """LLaVA ``from/value`` or plain ``role/content`` string turns, with ``<image>`` placeholders.
 
     With no placeholder at all and images present, the images go before the first user text

@@ -8,6 +8,13 @@ progressive mode (``jpeg``), and serves them through a reusable pool (``images``
 """
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve lazily below
+    from vlmdata.dataset.images import jpeg_info, quality_from_table
+    from vlmdata.synthetic.images import ImagePool, SyntheticImage, detail_for, make_image
+    from vlmdata.synthetic.jpeg import Encoded, encode, encode_to_target, search_to_target
+    from vlmdata.synthetic.pixels import FieldBank, render, render_rgb, snap_detail
 
 # public name -> defining module; resolved on first use (PEP 562) so that the light ``synthetic.names``
 # does not pull numpy and Pillow into the CLI's start-up

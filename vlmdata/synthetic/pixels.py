@@ -120,7 +120,7 @@ class FieldBank:
             c = np.fft.irfft2(cs * w_low, s=(size, size))
             chroma.append(_u8(128 + c * (CHROMA_SCALE / _expected_std(alpha + 0.5, cutoff, "low"))))
         self.cb, self.cr = chroma
-        self._luma: dict[int, Image.Image] = {}
+        self._luma: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
 
     def luma(self, rung: int) -> np.ndarray:

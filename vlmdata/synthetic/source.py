@@ -78,7 +78,8 @@ class SyntheticSource(_Base):
                  threads: int = 0, prefetch: int = 16, pool_bytes: int = 1 << 30):
         if isinstance(profile, (str, bytes)) or hasattr(profile, "__fspath__"):
 
-            profile = load_profile(profile)
+            # load_profile is annotated str: a PathLike works there, a bytes path fails there (as before)
+            profile = load_profile(profile)  # pyright: ignore[reportArgumentType]
         self.gen = ProfileGenerator(profile, seed, tokenizer, variants=variants)
         self.pool = pool if pool is not None else ImagePool(slots=EXACT_SLOTS, max_bytes=pool_bytes)
         if self.pool.slots != EXACT_SLOTS:
@@ -118,7 +119,7 @@ class MockSource(_Base):
             prof = options.pop("profile", None)
             if isinstance(prof, (str, bytes)) or hasattr(prof, "__fspath__"):
 
-                prof = load_profile(prof)
+                prof = load_profile(prof)  # pyright: ignore[reportArgumentType]  # bytes: as above
             self.impl = ImageFree(seed, profile=prof, **options)
         self.threads, self.prefetch = int(threads), max(1, int(prefetch))
 

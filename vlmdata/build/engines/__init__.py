@@ -102,7 +102,7 @@ class LocalEngine(Engine):
         if workers > 1:
             ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
             self.pool = ctx.Pool(workers, initializer=_die_with_parent)
-            self._pids = {p.pid for p in self.pool._pool}
+            self._pids = {p.pid for p in self.pool._pool}  # pyright: ignore[reportAttributeAccessIssue]  # private, not in typeshed
 
     def check_workers(self) -> None:
         """EngineError when a pool worker died since the pool started (its task is lost)."""

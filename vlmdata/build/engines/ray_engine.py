@@ -24,7 +24,7 @@ RETRY_EXCEPTIONS = [OSError, ConnectionError, TimeoutError]
 
 def import_ray():
     try:
-        import ray
+        import ray  # pyright: ignore[reportMissingImports]  # optional: vlmdata[ray]
     except ImportError:
         raise EngineError(INSTALL_HINT) from None
     return ray

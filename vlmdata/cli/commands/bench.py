@@ -96,6 +96,7 @@ def _import_bridge():
         if not os.path.isfile(stub):
             return None, "Megatron Bridge needs transformer_engine, which is not installed"
         spec = importlib.util.spec_from_file_location("vlmdata_te_stub", stub)
+        assert spec is not None and spec.loader is not None  # an existing .py file
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         mod.install()
@@ -107,8 +108,8 @@ def _import_bridge():
         warnings.filterwarnings("ignore", category=FutureWarning)
         logging.getLogger("megatron.energon").setLevel(logging.ERROR)
         from megatron import energon
-        from megatron.bridge.models.qwen_vl.data.collate_fn import qwen2_5_collate_fn
-        from megatron.bridge.models.qwen_vl.data.energon import QwenVLTaskEncoder
+        from megatron.bridge.models.qwen_vl.data.collate_fn import qwen2_5_collate_fn  # pyright: ignore[reportMissingImports]  # optional: the Bridge venv
+        from megatron.bridge.models.qwen_vl.data.energon import QwenVLTaskEncoder  # pyright: ignore[reportMissingImports]
     except Exception as e:
         return None, f"Megatron Bridge is not importable here ({type(e).__name__}: {e})"
     return {"collate": qwen2_5_collate_fn, "encoder": QwenVLTaskEncoder, "energon": energon}, note

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Any
 
 from rich.table import Table
 
@@ -93,7 +94,8 @@ def make_source(args):
             raise UserError("--prompt-tokens must be >= 0 and --answer-tokens >= 1")
         opts = {"profile": args.profile} if prof else {"prompt_tokens": args.prompt_tokens,
                                                         "answer_tokens": args.answer_tokens}
-        kw = {"profile": prof} if prof else {"prompt_tokens": args.prompt_tokens, "answer_tokens": args.answer_tokens}
+        kw: dict[str, Any] = {"profile": prof} if prof else {"prompt_tokens": args.prompt_tokens,
+                                                            "answer_tokens": args.answer_tokens}
         return MockSource("imagefree", args.seed, threads=threads, tokenizer=tok, **kw), opts
     if args.variants < 0:
         raise UserError("--variants must be >= 0")
