@@ -68,6 +68,8 @@ class BuildBenchOptions:
         workers: processes on both sides (``vlmdata build --workers``, ``energon prepare --num-workers``).
         max_count: samples per shard on both sides.
         tmp: folder for the outputs (default: the system temp).
+        photos: with no source, make the input first: a LLaVA JSONL over this many COCO-like photos
+            (``make_photo_input``) in the temporary folder (not timed).
     """
 
     rounds: int = 5
@@ -75,13 +77,14 @@ class BuildBenchOptions:
     workers: int = 1
     max_count: int = 250
     tmp: str | None = None
+    photos: int = 0
 
     def __post_init__(self):
         for name in ("rounds", "workers", "max_count"):
             if int(getattr(self, name)) < 1:
                 raise BenchmarkError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.warmup < 0:
-            raise BenchmarkError(f"warmup must be >= 0, got {self.warmup}")
+        if self.warmup < 0 or self.photos < 0:
+            raise BenchmarkError(f"warmup and photos must be >= 0, got {self.warmup} and {self.photos}")
 
 
 def make_photo_input(folder: str, samples: int, seed: int = 0) -> str:
@@ -125,12 +128,12 @@ def _remover(path: str) -> Callable[[], None]:
     return lambda: shutil.rmtree(path, ignore_errors=True)
 
 
-def bench_build(source: str, opts: BuildBenchOptions | None = None,
+def bench_build(source: str | None, opts: BuildBenchOptions | None = None,
                 on_round: Callable[[int, int], object] | None = None) -> dict:
     """Interleaved rounds of the whole ``vlmdata build`` command against a plain script + ``energon prepare``.
 
     Args:
-        source: a LLaVA JSONL file (image paths relative to its folder).
+        source: a LLaVA JSONL file (image paths relative to its folder); None with ``opts.photos``.
         opts: ``BuildBenchOptions``.
         on_round: progress callback (round done, rounds in all).
 
@@ -138,11 +141,15 @@ def bench_build(source: str, opts: BuildBenchOptions | None = None,
         ``{"input": {...}, "options": {...}, "timing": TimingResult.summary(baseline="plain+energon")}``.
     """
     opts = opts or BuildBenchOptions()
-    if not (os.path.isfile(source) and source.endswith((".jsonl", ".json"))):
+    if source is None and not opts.photos:
+        raise BenchmarkError("source: give a LLaVA .jsonl file, or photos > 0 to make one")
+    if source is not None and not (os.path.isfile(source) and source.endswith((".jsonl", ".json"))):
         raise BenchmarkError(f"source: {source!r} is not a LLaVA .jsonl file (the plain script reads that format only)")
-    facts = _input_facts(source)
     env = {"PYTHONPATH": os.pathsep.join(p for p in [_package_root(), os.environ.get("PYTHONPATH", "")] if p)}
     with tempfile.TemporaryDirectory(dir=opts.tmp, prefix="vlmdata-bench-build-") as tmp:
+        if source is None:
+            source = make_photo_input(os.path.join(tmp, "input"), opts.photos)
+        facts = _input_facts(source)
         out_v, out_p, out_r = (os.path.join(tmp, n) for n in ("vlmdata", "plain", "plain-only"))
         vlm = [sys.executable, "-m", "vlmdata", "build", source, "-o", out_v, "--workers", str(opts.workers),
                "--max-count", str(opts.max_count), "--overwrite", "-q"]
@@ -160,7 +167,8 @@ def bench_build(source: str, opts: BuildBenchOptions | None = None,
         ]
         result = interleave(contenders, rounds=opts.rounds, warmup=opts.warmup, on_round=on_round)
         written = _count_samples(out_v)
-    return {"benchmark": "build", "input": {"source": source, **facts, "written_by_vlmdata": written},
+    return {"benchmark": "build", "input": {"source": source, "photos": opts.photos, **facts,
+                                            "written_by_vlmdata": written},
             "options": {"workers": opts.workers, "max_count": opts.max_count, "cpu_count": os.cpu_count()},
             "timing": result.summary(baseline="plain+energon")}
 
