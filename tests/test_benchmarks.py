@@ -9,8 +9,15 @@ import sys
 import pytest
 
 import vlmdata
-from vlmdata.benchmarks.timing import (BenchmarkError, Clock, Contender, interleave, markdown_table, rotation,
-                                       spread)
+from vlmdata.benchmarks.timing import (
+    BenchmarkError,
+    Clock,
+    Contender,
+    interleave,
+    markdown_table,
+    rotation,
+    spread,
+)
 from vlmdata.cli import main
 
 
