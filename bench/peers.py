@@ -39,13 +39,13 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from vlmdata.benchmarks.build import make_photo_input  # noqa: E402
-from vlmdata.benchmarks.timing import Contender, interleave, spread  # noqa: E402
-from vlmdata.build import BuildOptions, build  # noqa: E402
-from vlmdata.loaders.api import resolve_shards  # noqa: E402
-from vlmdata.tario import iter_shard  # noqa: E402
+from vlmdata.benchmarks.build import make_photo_input
+from vlmdata.benchmarks.timing import Contender, interleave, spread
+from vlmdata.build import BuildOptions, build
+from vlmdata.loaders.api import resolve_shards
+from vlmdata.tario import iter_shard
 
 MAX_COUNT = 250
 
@@ -231,8 +231,9 @@ def table(result, title: str) -> tuple[str, dict]:
                      f"{pw['median']:.0f} ({pw['min']:.0f}-{pw['max']:.0f}) | "
                      f"{c['median']:.2f}x ({c['min']:.2f}-{c['max']:.2f}) | {w['median']:.2f}x ({w['min']:.2f}-{w['max']:.2f}) |")
     ls, le = s["load_average_start"], s["load_average_end"]
-    lines += ["", f"{s['rounds']} interleaved rounds (+{s['warmup_rounds']} warm-up); load average {ls[0]:.2f} at start, "
-              f"{le[0]:.2f} at end; {os.cpu_count()} cores"]
+    foot = (f"{s['rounds']} interleaved rounds (+{s['warmup_rounds']} warm-up); load average {ls[0]:.2f} at start, "
+            f"{le[0]:.2f} at end; {os.cpu_count()} cores")
+    lines += ["", foot]
     s["vlmdata_vs"] = vs
     return "\n".join(lines), s
 

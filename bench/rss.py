@@ -30,10 +30,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import numpy as np  # noqa: E402
-from PIL import Image  # noqa: E402
+import numpy as np
+from PIL import Image
 
-from vlmdata.photos import PHOTOS, package_file  # noqa: E402
+from vlmdata.photos import PHOTOS, package_file
 
 LOADER_PASS = r"""
 import sys, warnings
@@ -129,8 +129,9 @@ def main() -> None:
             continue
         cells = [f"{r[n][0]:.0f} ({r[n][1]:.0f} s)" for n in sizes]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {r[sizes[-1]][0] / r[sizes[0]][0]:.2f}x |")
-    lines += ["", f"peak RSS (ru_maxrss via wait4), tiny 48-96 px JPEGs; load average {load0[0]:.2f} at start, "
-              f"{load1[0]:.2f} at end; {os.cpu_count()} cores"]
+    foot = (f"peak RSS (ru_maxrss via wait4), tiny 48-96 px JPEGs; load average {load0[0]:.2f} at start, "
+            f"{load1[0]:.2f} at end; {os.cpu_count()} cores")
+    lines += ["", foot]
     print("\n".join(lines))
 
 
