@@ -5,6 +5,7 @@ On the same samples of DATASET, interleaved in rotating order over rounds (``tim
 * ``real-decode+preprocess`` (baseline): every image of the samples decoded and preprocessed for the
   model (``vlmdata.loaders.vision.preprocess_any``: Bridge's pre-resize, resize, normalise, patchify),
   the per-image work of a real training input pipeline;
+* ``real-decode+preprocess-exact``: the same with the bit-exact Pillow path (``exact=True``), for reference;
 * ``twin-generate``: the synthetic twin of every sample made fresh (``TwinMaker.twin``: text of the same
   token counts, images of the same size, format, quality and bytes: render + encode to target), what
   ``vlmdata synth`` and the audit's synthetic source pay per sample;
@@ -85,12 +86,13 @@ def bench_synth(dataset: str, opts: SynthBenchOptions | None = None,
                 fn(next(it))
         return run
 
-    def preprocess(sample) -> None:
+    def preprocess(sample, exact: bool = False) -> None:
         for im in sample.images:
-            preprocess_any(bytes(im), spec, BRIDGE_MIN_PIXELS, BRIDGE_MAX_PIXELS)
+            preprocess_any(bytes(im), spec, BRIDGE_MIN_PIXELS, BRIDGE_MAX_PIXELS, exact=exact)
 
     contenders = [
         Contender("real-decode+preprocess", walker(real, preprocess), units=n),
+        Contender("real-decode+preprocess-exact", walker(real, lambda s: preprocess(s, exact=True)), units=n),
         Contender("twin-generate", walker(real, maker.twin), units=n),
         Contender("twin-decode+preprocess", walker(twins, preprocess), units=n),
     ]
