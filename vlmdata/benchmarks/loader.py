@@ -151,7 +151,7 @@ def _wds_examples(shards: list[str]):
     """Endless Bridge HF examples from the shards with webdataset: {"conversation"} with PIL images inline."""
     import webdataset as wds  # optional: the HF path's reader
 
-    ds = wds.WebDataset(shards, shardshuffle=False, empty_check=False).repeat()
+    ds = wds.WebDataset(shards, shardshuffle=False, empty_check=False).repeat()  # pyright: ignore[reportAttributeAccessIssue]
     for s in ds:
         if "json" not in s:
             continue
@@ -251,7 +251,7 @@ def bench_loader(dataset: str, opts: LoaderBenchOptions | None = None,
     fetch, qvu = qvu_fetch_image, "vlmdata's copy of qwen_vl_utils.fetch_image"
     if importlib.util.find_spec("qwen_vl_utils") is not None:
         try:
-            import qwen_vl_utils  # optional: the real pre-resize when installed
+            import qwen_vl_utils  # pyright: ignore[reportMissingImports]  # optional: the real pre-resize
 
             fetch, qvu = (lambda im: qwen_vl_utils.fetch_image({"image": im})), "qwen_vl_utils.fetch_image"
         except (ImportError, RuntimeError, AttributeError, OSError) as e:  # it can fail without torchvision

@@ -21,6 +21,7 @@ import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..loaders.vision import preprocess_any
 from ..qwen import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, SPECS, get_spec
@@ -78,7 +79,7 @@ def bench_synth(dataset: str, opts: SynthBenchOptions | None = None,
     twins = [maker.twin(s) for s in real]  # made once: the loader-side contender reads these
     n = opts.samples
 
-    def walker(items: list, fn: Callable[[object], object]) -> Callable[[], None]:
+    def walker(items: list, fn: Callable[[Any], object]) -> Callable[[], None]:
         it = itertools.cycle(items)
 
         def run() -> None:
