@@ -9,7 +9,7 @@ datasets), ``VlmdataError`` (the base of every error vlmdata raises for a user's
 
 The package's layout is its data flow (docs/architecture.md): ``qwen`` -> ``storage`` -> ``dataset`` ->
 ``sources`` | ``interop`` -> ``build`` | ``profile`` -> ``synthetic`` -> ``loaders`` -> ``audit`` |
-``baselines`` | ``benchmarks`` -> ``cli``; imports point down only (tests/test_architecture.py).
+``baselines`` -> ``benchmarks`` -> ``cli``; imports point down only (tests/test_architecture.py).
 
 This module stays light (no third-party import): the CLI imports it for ``--version``; the re-exports
 are resolved on first use (PEP 562 ``__getattr__``).

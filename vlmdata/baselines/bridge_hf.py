@@ -46,8 +46,11 @@ def find_token_span(ids, pat, start=0):
 
 
 class BridgeReference:
-    def __init__(self, processor, min_pixels=200704, max_pixels=1003520):
+    def __init__(self, processor, min_pixels=200704, max_pixels=1003520, fetch_image=qvu_fetch_image):
+        """``fetch_image``: PIL image -> pre-resized PIL image (default the line-by-line copy of qwen-vl-utils';
+        ``vlmdata bench loader`` passes the real ``qwen_vl_utils`` one when it is installed)."""
         self.processor = processor
+        self.fetch_image = fetch_image
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         tok = processor.tokenizer
         enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
@@ -147,7 +150,7 @@ class BridgeReference:
                 packing=False, packing_pad_to_multiple_of=1):
         examples = self._examples(samples)
         texts = [self.processor.apply_chat_template(e["conversation"], tokenize=False) for e in examples]
-        per_images = [[qvu_fetch_image(part["image"]) for turn in e["conversation"] for part in turn["content"]
+        per_images = [[self.fetch_image(part["image"]) for turn in e["conversation"] for part in turn["content"]
                        if part.get("type") == "image"] for e in examples]
         roles = [[t["role"] for t in e["conversation"]] for e in examples]
         if packing:

@@ -35,7 +35,7 @@ COMMANDS = {
     "synth": "synthetic shards from a profile, or the mock data of today's benchmarks",
     "compare": "KS distances and medians of two datasets or profiles, PASS/FAIL per metric",
     "audit": "measure the mock-vs-real training throughput gap; exit 3 if misleading",
-    "bench": "benchmarks (bench loader)",
+    "bench": "benchmarks (bench build|loader|synth)",
 }
 QUIET_HELP = "hide progress (the summary and any verdict are always printed)"
 
