@@ -39,14 +39,19 @@ def describe(rep: dict) -> dict:
     v = rep["verdict"]
     real = rep["sources"]["real"]["summary"]
     dw = real.get("data_wait") or {}
-    return {"path": rep["_path"], "order": rep["config"]["sources"], "status": v["status"],
-            "offenders": sorted({o["source"] for o in v["offenders"]}),
-            "steps": rep["measurement"]["steps_per_source"], "stop": rep["measurement"]["stop"],
-            "first_seen": {n: s["summary"].get("first_seen_shapes") for n, s in rep["sources"].items()},
-            "real_wait_fraction": real.get("data_wait_fraction"),
-            "real_wait_steady": (dw.get("steady") or {}).get("fraction"),
-            "real_wait_epoch_ms": (dw.get("epoch_boundary") or {}).get("ms"),
-            "ratios": {f"{s}/{m}": ci["ratio"] for s, g in v["gaps"].items() for m, ci in g.items() if ci}}
+    return {
+        "path": rep["_path"],
+        "order": rep["config"]["sources"],
+        "status": v["status"],
+        "offenders": sorted({o["source"] for o in v["offenders"]}),
+        "steps": rep["measurement"]["steps_per_source"],
+        "stop": rep["measurement"]["stop"],
+        "first_seen": {n: s["summary"].get("first_seen_shapes") for n, s in rep["sources"].items()},
+        "real_wait_fraction": real.get("data_wait_fraction"),
+        "real_wait_steady": (dw.get("steady") or {}).get("fraction"),
+        "real_wait_epoch_ms": (dw.get("epoch_boundary") or {}).get("ms"),
+        "ratios": {f"{s}/{m}": ci["ratio"] for s, g in v["gaps"].items() for m, ci in g.items() if ci},
+    }
 
 
 def spread(runs: list[dict]) -> dict:
@@ -54,8 +59,13 @@ def spread(runs: list[dict]) -> dict:
     for key in sorted({k for r in runs for k in r["ratios"]}):
         vals = [r["ratios"][key] for r in runs if key in r["ratios"]]
         med = statistics.median(vals)
-        out[key] = {"values": vals, "min": min(vals), "median": med, "max": max(vals),
-                    "max_dev": max(abs(v / med - 1) for v in vals)}
+        out[key] = {
+            "values": vals,
+            "min": min(vals),
+            "median": med,
+            "max": max(vals),
+            "max_dev": max(abs(v / med - 1) for v in vals),
+        }
     return out
 
 
@@ -78,15 +88,21 @@ def main(argv=None) -> int:
         sp = spread(runs)
         result.append({"config": json.loads(key), "runs": runs, "spread": sp})
         c = json.loads(key)
-        print(f"\n== {c.get('preset')} seq {c.get('seq_length')} mbs {c.get('micro_batch_size')} "
-              f"{c.get('loader_options')} world {c.get('world_size')}: {len(runs)} runs")
+        print(
+            f"\n== {c.get('preset')} seq {c.get('seq_length')} mbs {c.get('micro_batch_size')} "
+            f"{c.get('loader_options')} world {c.get('world_size')}: {len(runs)} runs"
+        )
         for r in runs:
-            print(f"  {os.path.basename(os.path.normpath(r['path']))}: {r['status']} {r['offenders']} steps {r['steps']} "
-                  f"({r['stop']}), first-seen {r['first_seen']}, real wait {r['real_wait_fraction']:.2%} "
-                  f"(steady {r['real_wait_steady'] or 0:.2%}, epoch boundaries {r['real_wait_epoch_ms'] or 0:.0f} ms)")
+            print(
+                f"  {os.path.basename(os.path.normpath(r['path']))}: {r['status']} {r['offenders']} steps {r['steps']} "
+                f"({r['stop']}), first-seen {r['first_seen']}, real wait {r['real_wait_fraction']:.2%} "
+                f"(steady {r['real_wait_steady'] or 0:.2%}, epoch boundaries {r['real_wait_epoch_ms'] or 0:.0f} ms)"
+            )
         for k, s in sp.items():
-            print(f"  {k:40s} min {s['min']:.3f}  median {s['median']:.3f}  max {s['max']:.3f}  "
-                  f"max dev {s['max_dev']:.1%}  [{', '.join(f'{v:.3f}' for v in s['values'])}]")
+            print(
+                f"  {k:40s} min {s['min']:.3f}  median {s['median']:.3f}  max {s['max']:.3f}  "
+                f"max dev {s['max_dev']:.1%}  [{', '.join(f'{v:.3f}' for v in s['values'])}]"
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

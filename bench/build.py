@@ -27,7 +27,9 @@ def plain_loop(jsonl: str, out: str, args_maxcount: int = 1000) -> int:
     os.makedirs(out, exist_ok=True)
     root = os.path.dirname(jsonl)
     n = 0
-    with wds.ShardWriter(os.path.join(out, "shard-%06d.tar"), maxcount=args_maxcount, maxsize=512 * 1024 * 1024, verbose=0) as sink:
+    with wds.ShardWriter(
+        os.path.join(out, "shard-%06d.tar"), maxcount=args_maxcount, maxsize=512 * 1024 * 1024, verbose=0
+    ) as sink:
         with open(jsonl) as f:
             for i, line in enumerate(f):
                 rec = json.loads(line)
@@ -49,9 +51,17 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--max-count", type=int, default=250, help="samples per shard, both sides (default 250: ~25 MB shards)")
-    ap.add_argument("--tmp", default=None, help="folder for input and outputs (default: the system temp; /dev/shm takes the disk out)")
-    ap.add_argument("--fsync", action="store_true", help="vlmdata flushes every shard to disk (the plain loop never does)")
+    ap.add_argument(
+        "--max-count", type=int, default=250, help="samples per shard, both sides (default 250: ~25 MB shards)"
+    )
+    ap.add_argument(
+        "--tmp",
+        default=None,
+        help="folder for input and outputs (default: the system temp; /dev/shm takes the disk out)",
+    )
+    ap.add_argument(
+        "--fsync", action="store_true", help="vlmdata flushes every shard to disk (the plain loop never does)"
+    )
     args = ap.parse_args()
     from vlmdata.build.builder import BuildOptions, build
     from vlmdata.sources.photos import make_source
@@ -76,7 +86,12 @@ def main() -> None:
             shutil.rmtree(out)
             out = os.path.join(tmp, "vl")
             t = time.perf_counter()
-            m = build(jsonl, out, BuildOptions(max_count=args.max_count, workers=args.workers, fsync=args.fsync), energon=False)
+            m = build(
+                jsonl,
+                out,
+                BuildOptions(max_count=args.max_count, workers=args.workers, fsync=args.fsync),
+                energon=False,
+            )
             best["vlmdata"] = min(best["vlmdata"], time.perf_counter() - t)
             counts["vlmdata"] = m["accounting"]["written"]
             from vlmdata.dataset.nvmeta import prepare_energon
@@ -87,9 +102,11 @@ def main() -> None:
             shutil.rmtree(out)
     assert counts["plain"] == counts["vlmdata"], counts
     n, mb = counts["plain"], nbytes / 1e6
-    rows = [("plain webdataset.ShardWriter loop (1 process)", best["plain"]),
-            (f"vlmdata build --workers {args.workers}", best["vlmdata"]),
-            ("vlmdata build + energon index", best["vlmdata"] + best["energon"])]
+    rows = [
+        ("plain webdataset.ShardWriter loop (1 process)", best["plain"]),
+        (f"vlmdata build --workers {args.workers}", best["vlmdata"]),
+        ("vlmdata build + energon index", best["vlmdata"] + best["energon"]),
+    ]
     print(f"input: {n} samples, {mb:.1f} MB of JPEG, {os.cpu_count()} cores, python {sys.version.split()[0]}")
     print(f"{'':48s} {'s':>7s} {'samples/s':>10s} {'MB/s':>8s} {'ratio':>6s}")
     for name, sec in rows:

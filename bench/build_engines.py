@@ -27,7 +27,9 @@ def make_input(root: str, n: int, seed: int = 0) -> int:
     from PIL import Image
 
     rng = np.random.default_rng(seed)
-    bases = [Image.fromarray(getattr(skimage.data, k)()).convert("RGB") for k in ("chelsea", "coffee", "astronaut", "rocket")]
+    bases = [
+        Image.fromarray(getattr(skimage.data, k)()).convert("RGB") for k in ("chelsea", "coffee", "astronaut", "rocket")
+    ]
     os.makedirs(root, exist_ok=True)
     total = 0
     for i in range(n):
@@ -67,8 +69,10 @@ def main() -> None:
         src = os.path.join(tmp, "src")
         t = time.perf_counter()
         nbytes = make_input(src, args.samples)
-        print(f"input: {args.samples} JPEG photos + captions, {nbytes / 1e6:.0f} MB, made in {time.perf_counter() - t:.1f}s; "
-              f"{os.cpu_count()} cores; shards of 500 samples; Energon indexing timed separately")
+        print(
+            f"input: {args.samples} JPEG photos + captions, {nbytes / 1e6:.0f} MB, made in {time.perf_counter() - t:.1f}s; "
+            f"{os.cpu_count()} cores; shards of 500 samples; Energon indexing timed separately"
+        )
         n = args.samples
         t1, m1 = timed_build(src, os.path.join(tmp, "w1"), 1, "local")
         tl, ml = timed_build(src, os.path.join(tmp, "local"), args.workers, "local")
@@ -79,8 +83,14 @@ def main() -> None:
         t_init = time.perf_counter() - t
         tr, mr = timed_build(src, os.path.join(tmp, "ray"), args.workers, "ray")  # uses the running instance
         ray.shutdown()
-        same = all(filecmp.cmp(os.path.join(tmp, "local", s["name"]), os.path.join(tmp, "ray", s["name"]), shallow=False)
-                   for s in ml["shards"]) and ml["shards"] == mr["shards"] and ml["shards"] == m1["shards"]
+        same = (
+            all(
+                filecmp.cmp(os.path.join(tmp, "local", s["name"]), os.path.join(tmp, "ray", s["name"]), shallow=False)
+                for s in ml["shards"]
+            )
+            and ml["shards"] == mr["shards"]
+            and ml["shards"] == m1["shards"]
+        )
         from vlmdata.dataset.nvmeta import prepare_energon
 
         t = time.perf_counter()
@@ -92,20 +102,26 @@ def main() -> None:
         print(f"{f'ray ({args.workers} CPUs, warm)':<28}{tr:>9.2f}{n / tr:>11.0f}")
         print(f"{'ray incl. ray.init':<28}{tr + t_init:>9.2f}{n / (tr + t_init):>11.0f}   (ray.init {t_init:.1f}s)")
         print(f"{'energon index (W workers)':<28}{t_idx:>9.2f}{n / t_idx:>11.0f}")
-        print(f"ratio ray/local samples/s: {tl / tr:.2f} (warm), {tl / (tr + t_init):.2f} (with ray.init); "
-              f"byte-identical shards: {same}")
+        print(
+            f"ratio ray/local samples/s: {tl / tr:.2f} (warm), {tl / (tr + t_init):.2f} (with ray.init); "
+            f"byte-identical shards: {same}"
+        )
         per_core = n / t1
         eff = (n / tr) / (per_core * args.workers)
-        print(f"\npaper estimate, {args.target / 1e6:.0f}M samples like these, {args.cores_per_node} cores/node, "
-              f"per-core rate {per_core:.0f}/s, Ray efficiency {eff:.2f} of linear (measured here):")
+        print(
+            f"\npaper estimate, {args.target / 1e6:.0f}M samples like these, {args.cores_per_node} cores/node, "
+            f"per-core rate {per_core:.0f}/s, Ray efficiency {eff:.2f} of linear (measured here):"
+        )
         print(f"{'nodes':>6}{'build (Ray tasks)':>20}{'+ energon index (1 node)':>26}")
         for nodes in [int(x) for x in args.nodes.split(",")]:
             rate = per_core * eff * args.cores_per_node * nodes
             t_build = args.target / rate
             t_index = args.target / ((n / t_idx) / args.workers * args.cores_per_node)
             print(f"{nodes:>6}{t_build / 3600:>19.2f}h{t_index / 3600:>25.2f}h")
-        print("(assumes storage bandwidth scales with nodes: "
-              f"{nbytes / n * per_core * eff * args.cores_per_node / 1e6:.0f} MB/s per node of reads and as much of writes)")
+        print(
+            "(assumes storage bandwidth scales with nodes: "
+            f"{nbytes / n * per_core * eff * args.cores_per_node / 1e6:.0f} MB/s per node of reads and as much of writes)"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -95,8 +95,22 @@ def run_vlmdata(src: str, out: str, args, env: dict) -> tuple[dict, int, int]:
 def run_plain(src: str, out: str, args, env: dict, workers: int) -> tuple[dict, int]:
     shutil.rmtree(out, ignore_errors=True)
     w1, c1 = timed([sys.executable, "-c", PLAIN_LOOP, src, out, str(args.max_count)], env)
-    w2, c2 = timed([energon_exe(), "prepare", out, "--non-interactive", "--split-parts", "train:.*",
-                    "--split-parts", "val:.*", "--num-workers", str(workers), "--no-progress"], env)
+    w2, c2 = timed(
+        [
+            energon_exe(),
+            "prepare",
+            out,
+            "--non-interactive",
+            "--split-parts",
+            "train:.*",
+            "--split-parts",
+            "val:.*",
+            "--num-workers",
+            str(workers),
+            "--no-progress",
+        ],
+        env,
+    )
     with open(os.path.join(out, ".nv-meta", ".info.json")) as f:
         n = sum(json.load(f)["shard_counts"].values())
     return {"wall": w1 + w2, "cpu": c1 + c2, "loop_wall": w1, "loop_cpu": c1, "prepare_wall": w2, "prepare_cpu": c2}, n
@@ -128,35 +142,57 @@ def main() -> None:
         rounds = []
         for r in range(args.rounds):
             got = {}
-            for side in (("vlmdata", "plain") if r % 2 == 0 else ("plain", "vlmdata")):
+            for side in ("vlmdata", "plain") if r % 2 == 0 else ("plain", "vlmdata"):
                 if side == "vlmdata":
                     got[side], _, workers = run_vlmdata(src, out_v, args, env)
                 else:
                     got[side], _ = run_plain(src, out_p, args, env, workers)
             v, p = got["vlmdata"], got["plain"]
-            rounds.append({"order": list(got), "vlmdata": v, "plain": p,
-                           "wall_ratio": p["wall"] / v["wall"], "cpu_ratio": p["cpu"] / v["cpu"],
-                           "wall_ratio_loop_only": p["loop_wall"] / v["wall"],
-                           "cpu_ratio_loop_only": p["loop_cpu"] / v["cpu"]})
+            rounds.append(
+                {
+                    "order": list(got),
+                    "vlmdata": v,
+                    "plain": p,
+                    "wall_ratio": p["wall"] / v["wall"],
+                    "cpu_ratio": p["cpu"] / v["cpu"],
+                    "wall_ratio_loop_only": p["loop_wall"] / v["wall"],
+                    "cpu_ratio_loop_only": p["loop_cpu"] / v["cpu"],
+                }
+            )
         load_end = os.getloadavg()
-    res = {"samples": n_v, "max_count": args.max_count, "workers": workers, "rounds": rounds,
-           "cores": os.cpu_count(), "python": sys.version.split()[0],
-           "load_start": [round(x, 2) for x in load_start], "load_end": [round(x, 2) for x in load_end],
-           **{k: summary([r[k] for r in rounds]) for k in ("wall_ratio", "cpu_ratio", "wall_ratio_loop_only",
-                                                          "cpu_ratio_loop_only")},
-           "vlmdata_wall": summary([r["vlmdata"]["wall"] for r in rounds]),
-           "vlmdata_cpu": summary([r["vlmdata"]["cpu"] for r in rounds]),
-           "plain_wall": summary([r["plain"]["wall"] for r in rounds]),
-           "plain_cpu": summary([r["plain"]["cpu"] for r in rounds]),
-           "plain_loop_cpu": summary([r["plain"]["loop_cpu"] for r in rounds]),
-           "plain_prepare_cpu": summary([r["plain"]["prepare_cpu"] for r in rounds])}
-    print(f"input: {n_v} samples, shards of {args.max_count}; vlmdata used {workers} process(es), energon prepare "
-          f"--num-workers {workers}; {os.cpu_count()} cores; load {res['load_start'][0]} -> {res['load_end'][0]}")
-    print(f"{'round':>5} {'order':>15} {'vlm wall':>8} {'vlm cpu':>8} {'plain wall':>10} {'plain cpu':>9} "
-          f"{'wall x':>7} {'cpu x':>6}")
+    res = {
+        "samples": n_v,
+        "max_count": args.max_count,
+        "workers": workers,
+        "rounds": rounds,
+        "cores": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "load_start": [round(x, 2) for x in load_start],
+        "load_end": [round(x, 2) for x in load_end],
+        **{
+            k: summary([r[k] for r in rounds])
+            for k in ("wall_ratio", "cpu_ratio", "wall_ratio_loop_only", "cpu_ratio_loop_only")
+        },
+        "vlmdata_wall": summary([r["vlmdata"]["wall"] for r in rounds]),
+        "vlmdata_cpu": summary([r["vlmdata"]["cpu"] for r in rounds]),
+        "plain_wall": summary([r["plain"]["wall"] for r in rounds]),
+        "plain_cpu": summary([r["plain"]["cpu"] for r in rounds]),
+        "plain_loop_cpu": summary([r["plain"]["loop_cpu"] for r in rounds]),
+        "plain_prepare_cpu": summary([r["plain"]["prepare_cpu"] for r in rounds]),
+    }
+    print(
+        f"input: {n_v} samples, shards of {args.max_count}; vlmdata used {workers} process(es), energon prepare "
+        f"--num-workers {workers}; {os.cpu_count()} cores; load {res['load_start'][0]} -> {res['load_end'][0]}"
+    )
+    print(
+        f"{'round':>5} {'order':>15} {'vlm wall':>8} {'vlm cpu':>8} {'plain wall':>10} {'plain cpu':>9} "
+        f"{'wall x':>7} {'cpu x':>6}"
+    )
     for i, r in enumerate(rounds):
-        print(f"{i:5d} {'>'.join(x[0] for x in r['order']):>15} {r['vlmdata']['wall']:8.2f} {r['vlmdata']['cpu']:8.2f} "
-              f"{r['plain']['wall']:10.2f} {r['plain']['cpu']:9.2f} {r['wall_ratio']:7.2f} {r['cpu_ratio']:6.2f}")
+        print(
+            f"{i:5d} {'>'.join(x[0] for x in r['order']):>15} {r['vlmdata']['wall']:8.2f} {r['vlmdata']['cpu']:8.2f} "
+            f"{r['plain']['wall']:10.2f} {r['plain']['cpu']:9.2f} {r['wall_ratio']:7.2f} {r['cpu_ratio']:6.2f}"
+        )
     for k in ("wall_ratio", "cpu_ratio", "wall_ratio_loop_only", "cpu_ratio_loop_only"):
         s = res[k]
         print(f"{k:22s} min {s['min']:.2f}  median {s['median']:.2f}  max {s['max']:.2f}")

@@ -89,8 +89,24 @@ def main(argv=None) -> int:
     real = load_profile(real_json)
     rows = real["rows"]["stored_samples"]
     t = time.perf_counter()
-    assert cli(["synth", "--profile", real_json, "-n", str(rows), "-o", synth_out, "--seed", str(args.synth_seed),
-                "--overwrite", "-q"]) == 0
+    assert (
+        cli(
+            [
+                "synth",
+                "--profile",
+                real_json,
+                "-n",
+                str(rows),
+                "-o",
+                synth_out,
+                "--seed",
+                str(args.synth_seed),
+                "--overwrite",
+                "-q",
+            ]
+        )
+        == 0
+    )
     t_synth = time.perf_counter() - t
     assert cli(["profile", synth_out, "-o", synth_json, "-q"]) == 0
     synth = load_profile(synth_json)
@@ -143,16 +159,32 @@ def main(argv=None) -> int:
 
     ks = {m["metric"]: m for m in res["metrics"]}
     goals = [
-        ("KS visual tokens per sample", ks["visual_tokens_per_sample"]["ks"], "<= 0.05",
-         ks["visual_tokens_per_sample"]["ks"] <= 0.05),
+        (
+            "KS visual tokens per sample",
+            ks["visual_tokens_per_sample"]["ks"],
+            "<= 0.05",
+            ks["visual_tokens_per_sample"]["ks"] <= 0.05,
+        ),
         ("KS pixels per image", ks["pixels_per_image"]["ks"], "<= 0.05", ks["pixels_per_image"]["ks"] <= 0.05),
         ("KS bytes per image", ks["bytes_per_image"]["ks"], "<= 0.10", ks["bytes_per_image"]["ks"] <= 0.10),
-        ("decode median ratio synth/real (profiles, separate runs)", ks["decode_ms_per_image"]["ratio"],
-         "0.9-1.1", 0.9 <= ks["decode_ms_per_image"]["ratio"] <= 1.1),
-        ("decode median ratio synth/real (interleaved twins)", round(inter_ratio, 4), "0.9-1.1",
-         0.9 <= inter_ratio <= 1.1),
-        ("in-process generation (warm pool) / real decode+preprocess (fast path), per core",
-         round(warm_rate / fast, 2), ">= 2", warm_rate / fast >= 2),
+        (
+            "decode median ratio synth/real (profiles, separate runs)",
+            ks["decode_ms_per_image"]["ratio"],
+            "0.9-1.1",
+            0.9 <= ks["decode_ms_per_image"]["ratio"] <= 1.1,
+        ),
+        (
+            "decode median ratio synth/real (interleaved twins)",
+            round(inter_ratio, 4),
+            "0.9-1.1",
+            0.9 <= inter_ratio <= 1.1,
+        ),
+        (
+            "in-process generation (warm pool) / real decode+preprocess (fast path), per core",
+            round(warm_rate / fast, 2),
+            ">= 2",
+            warm_rate / fast >= 2,
+        ),
     ]
     lines = [
         f"Check set: vlmdata.sources.photos.make_source(n_single={args.single}, n_multi={args.multi}, seed={args.seed}): "
@@ -166,7 +198,9 @@ def main(argv=None) -> int:
     for m in res["metrics"]:
         th = m["threshold"]
         th = f"ratio {th[0]}-{th[1]} (got {m['ratio']})" if isinstance(th, list) else f"KS <= {th}"
-        lines.append(f"| {m['metric']} | {m['median_a']:.4g} | {m['median_b']:.4g} | {m['ks']} | {th} | {m['status']} |")
+        lines.append(
+            f"| {m['metric']} | {m['median_a']:.4g} | {m['median_b']:.4g} | {m['ks']} | {th} | {m['status']} |"
+        )
     be = np.abs(np.array(bytes_err))
     lines += [
         "",

@@ -47,13 +47,20 @@ from typing import Callable
 
 SECRET = "FUZZs3cr3tVALUE9f8e7d6c"
 KEYID = "AKIAFUZZKEYID0000042"
-SECRET_ENV = {"AWS_ACCESS_KEY_ID": KEYID, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
-              "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard", "AWS_DEFAULT_REGION": "us-east-1"}
+SECRET_ENV = {
+    "AWS_ACCESS_KEY_ID": KEYID,
+    "AWS_SECRET_ACCESS_KEY": SECRET,
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+    "AWS_MAX_ATTEMPTS": "1",
+    "AWS_RETRY_MODE": "standard",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 CATEGORIES = ("clear error", "correct run", "traceback", "hang", "silent corruption/data loss", "leak", "mismatch")
 WORST = ("hang", "traceback", "leak", "silent corruption/data loss", "mismatch")
 
 
 # ----------------------------------------------------------------------------- cases and steps
+
 
 @dataclass
 class Step:
@@ -109,6 +116,7 @@ class Ctx:
 
 
 # ----------------------------------------------------------------------------- input generators
+
 
 def jpeg(w=48, h=32, q=85, color=(120, 40, 30), **kw) -> bytes:
     from PIL import Image
@@ -191,6 +199,7 @@ def jsonl(ctx: Ctx, lines: list, n_good: int = 3, name: str = "data.jsonl", raw:
 
 # ----------------------------------------------------------------------------- checks
 
+
 def manifest(out: str) -> dict | None:
     try:
         return json.loads(Path(out, "manifest.json").read_text())
@@ -216,6 +225,7 @@ def check_build(out: str, written: int | None = None, reasons: dict | None = Non
         if reasons is not None and acc["skipped_by_reason"] != reasons:
             return "mismatch", f"skips {acc['skipped_by_reason']}, expected {reasons}"
         return None
+
     return check
 
 
@@ -224,26 +234,44 @@ def loader_accounting(root: str, on_error: str = "skip", workers: int = 0) -> di
     from vlmdata.dataset.manifest import load_manifest, shard_keys
     from vlmdata.loaders.api import make_loader
 
-    ld = make_loader(root, tokenizer=_tokenizer(), micro_batch_size=3, seq_length=None, min_pixels=32 * 32,
-                     max_pixels=64 * 64, shuffle=False, on_error=on_error, num_workers=workers)
+    ld = make_loader(
+        root,
+        tokenizer=_tokenizer(),
+        micro_batch_size=3,
+        seq_length=None,
+        min_pixels=32 * 32,
+        max_pixels=64 * 64,
+        shuffle=False,
+        on_error=on_error,
+        num_workers=workers,
+    )
     got = []
     for _ in ld:
         got += ld.last_keys
     m = load_manifest(root)
     keys = [k for e in m["shards"] for k in (shard_keys(e) or [])]
-    return {"yielded": got, "skipped": ld.stats.skipped_samples, "total": m["totals"]["samples"], "keys": keys,
-            "has_runs": all("key_runs" in e for e in m["shards"])}
+    return {
+        "yielded": got,
+        "skipped": ld.stats.skipped_samples,
+        "total": m["totals"]["samples"],
+        "keys": keys,
+        "has_runs": all("key_runs" in e for e in m["shards"]),
+    }
 
 
 def check_loader(lost: list | None = None):
     """yielded + skipped == manifest samples; no key twice; skipped keys are the lost ones when known."""
+
     def check(root, res):
         d = res.data
         if d is None:
             return None
         y, s = d["yielded"], [x["key"] for x in d["skipped"]]
         if len(y) + len(s) != d["total"]:
-            return "silent corruption/data loss", f"loader: {len(y)} yielded + {len(s)} skipped != {d['total']} in the manifest"
+            return (
+                "silent corruption/data loss",
+                f"loader: {len(y)} yielded + {len(s)} skipped != {d['total']} in the manifest",
+            )
         if len(set(y)) != len(y):
             return "silent corruption/data loss", "loader yielded a key twice"
         if d["has_runs"] and d["keys"] and sorted(y + s) != sorted(d["keys"]):
@@ -251,17 +279,28 @@ def check_loader(lost: list | None = None):
         if lost is not None and d["has_runs"] and sorted(s) != sorted(lost):
             return "silent corruption/data loss", f"loader named {sorted(s)[:4]}, lost {sorted(lost)[:4]}"
         return None
+
     return check
 
 
 def pipeline(ctx: Ctx, src: str, build_args=(), written=None, reasons=None, min_written=1, loader=True) -> list[Step]:
     """build, then validate, inspect, profile and one loader epoch on what it wrote: all must be clean."""
     out = ctx.out("out")
-    steps = [Step("build", ["build", src, "-o", out, "-q", "--workers", "1", *build_args], ok=(0,),
-                  check=check_build(out, written, reasons, min_written))]
-    steps += [Step("validate", ["validate", out, "-q"]), Step("inspect", ["inspect", out, "-q"]),
-              Step("profile", ["profile", out, "-o", ctx.path("p.json"), "-q", "--decode-images", "4",
-                               "--decode-repeats", "1"])]
+    steps = [
+        Step(
+            "build",
+            ["build", src, "-o", out, "-q", "--workers", "1", *build_args],
+            ok=(0,),
+            check=check_build(out, written, reasons, min_written),
+        )
+    ]
+    steps += [
+        Step("validate", ["validate", out, "-q"]),
+        Step("inspect", ["inspect", out, "-q"]),
+        Step(
+            "profile", ["profile", out, "-o", ctx.path("p.json"), "-q", "--decode-images", "4", "--decode-repeats", "1"]
+        ),
+    ]
     if loader:
         steps.append(Step("loader", fn=loader_accounting, args=(out,), check=check_loader()))
     return steps
@@ -281,6 +320,7 @@ def _tokenizer():
 
 # ----------------------------------------------------------------------------- class: malformed images
 
+
 def _image_cases() -> list[Case]:
     cases = []
     base = jpeg(64, 48)
@@ -291,6 +331,7 @@ def _image_cases() -> list[Case]:
             src = folder(ctx, 3, extra={fname: payload, os.path.splitext(fname)[0] + ".txt": caption})
             written = 4 if expect is None else 3
             return pipeline(ctx, src, written=written, reasons=None if expect is None else {expect: 1})
+
         cases.append(Case(f"image/{name}", "images", make))
 
     for frac in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99):
@@ -301,23 +342,39 @@ def _image_cases() -> list[Case]:
     add("jpeg_trailing_nuls_large", base + bytes(100_000), None)
     rng = random.Random(13)
     for k in range(8):  # single bit flips in the header region: any outcome but a crash
+
         def flipped(k=k):
             d = bytearray(base)
             pos = random.Random(k).randrange(2, 200)
             d[pos] ^= 1 << random.Random(k + 99).randrange(8)
             return bytes(d)
-        cases.append(Case(f"image/jpeg_header_bitflip_{k}", "images",
-                          lambda ctx, f=flipped: pipeline(ctx, folder(ctx, 3, extra={"bad.jpg": f(), "bad.txt": "x"}),
-                                                          min_written=3)))
+
+        cases.append(
+            Case(
+                f"image/jpeg_header_bitflip_{k}",
+                "images",
+                lambda ctx, f=flipped: pipeline(
+                    ctx, folder(ctx, 3, extra={"bad.jpg": f(), "bad.txt": "x"}), min_written=3
+                ),
+            )
+        )
     for k in range(6):  # byte flips in the entropy-coded data
+
         def scan_flip(k=k):
             d = bytearray(noise_jpeg(seed=k))
             for _ in range(20):
                 d[random.Random(k * 31 + _).randrange(len(d) // 2, len(d) - 4)] ^= 0xFF
             return bytes(d)
-        cases.append(Case(f"image/jpeg_scan_corrupt_{k}", "images",
-                          lambda ctx, f=scan_flip: pipeline(ctx, folder(ctx, 3, extra={"bad.jpg": f(), "bad.txt": "x"}),
-                                                            min_written=3)))
+
+        cases.append(
+            Case(
+                f"image/jpeg_scan_corrupt_{k}",
+                "images",
+                lambda ctx, f=scan_flip: pipeline(
+                    ctx, folder(ctx, 3, extra={"bad.jpg": f(), "bad.txt": "x"}), min_written=3
+                ),
+            )
+        )
     add("garbage", b"this is not an image at all", "undecodable_image")
     add("empty", b"", "undecodable_image")
     add("random_bytes", bytes(rng.getrandbits(8) for _ in range(5000)), "undecodable_image")
@@ -357,10 +414,13 @@ def _png_header(w: int, h: int) -> bytes:
 
     ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
     chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))  # noqa: E731
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 100)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 100)) + chunk(b"IEND", b"")
+    )
 
 
 # ----------------------------------------------------------------------------- class: sidecars and records
+
 
 def _sidecar_cases() -> list[Case]:
     cases = []
@@ -370,8 +430,10 @@ def _sidecar_cases() -> list[Case]:
             extra = {"bad.jpg": jpeg()}
             extra.update(files)
             src = folder(ctx, 3, extra=extra)
-            return pipeline(ctx, src, written=4 if reason is None else 3,
-                            reasons=None if reason is None else {reason: 1})
+            return pipeline(
+                ctx, src, written=4 if reason is None else 3, reasons=None if reason is None else {reason: 1}
+            )
+
         cases.append(Case(f"sidecar/{name}", "sidecars", make))
 
     add("deep_json", {"bad.json": "[" * 100_000}, "bad_json")
@@ -385,7 +447,9 @@ def _sidecar_cases() -> list[Case]:
     add("crlf_txt", {"bad.txt": "line one\r\nline two\r\n"}, None)
     add("empty_txt", {"bad.txt": ""}, "empty_caption")
     add("whitespace_txt", {"bad.txt": "  \n\t "}, "empty_caption")
-    add("huge_caption_over_cap", {"bad.txt": lambda p: p.write_bytes(b"x" * (16 * 1024 * 1024 + 10))}, "unreadable_file")
+    add(
+        "huge_caption_over_cap", {"bad.txt": lambda p: p.write_bytes(b"x" * (16 * 1024 * 1024 + 10))}, "unreadable_file"
+    )
     add("big_caption_under_cap", {"bad.txt": "y" * 200_000}, None)
     for tok in ("<|im_end|>", "<|im_start|>", "<|image_pad|>", "<|vision_start|>", "<|endoftext|>", "<|video_pad|>"):
         add(f"control_token_{tok.strip('<|>')}", {"bad.txt": f"a cat {tok} user: hi"}, "control_token")
@@ -403,9 +467,15 @@ def _sidecar_cases() -> list[Case]:
     add("json_caption_not_string", {"bad.json": '{"caption": {"a": 1}}'}, "bad_record")
     add("json_bad_role", {"bad.json": '{"conversations": [{"from": "alien", "value": "x"}]}'}, "bad_record")
     add("json_conversations_not_list", {"bad.json": '{"conversations": "x"}'}, "bad_record")
-    add("json_two_placeholders_one_image",
-        {"bad.json": json.dumps({"conversations": [{"from": "human", "value": "<image><image>"},
-                                                   {"from": "gpt", "value": "x"}]})}, "bad_record")
+    add(
+        "json_two_placeholders_one_image",
+        {
+            "bad.json": json.dumps(
+                {"conversations": [{"from": "human", "value": "<image><image>"}, {"from": "gpt", "value": "x"}]}
+            )
+        },
+        "bad_record",
+    )
     add("json_truncated", {"bad.json": '{"caption": "x'}, "bad_json")
     add("json_bom", {"bad.json": b'\xef\xbb\xbf{"caption": "bom json"}'}, None)
     add("json_invalid_utf8", {"bad.json": b'{"caption": "\xff\xfe"}'}, "bad_json")
@@ -422,12 +492,19 @@ def _record_cases() -> list[Case]:
             if written is None and raw is None:
                 written = n_good + len(lines) - n_bad
             return pipeline(ctx, src, written=written, reasons=reasons)
+
         cases.append(Case(f"record/{name}", "records", make))
 
     add("deep_line", ["[" * 60_000], {"bad_json": 1})
     add("int_digits_line", ['{"id": ' + "1" * 6000 + "}"], {"bad_json": 1})
-    add("float_huge", ['{"id": 1e999999, "image": "imgs/0.jpg", "conversations": [{"from": "human", "value": "q"}, '
-                       '{"from": "gpt", "value": "a"}]}'], None)
+    add(
+        "float_huge",
+        [
+            '{"id": 1e999999, "image": "imgs/0.jpg", "conversations": [{"from": "human", "value": "q"}, '
+            '{"from": "gpt", "value": "a"}]}'
+        ],
+        None,
+    )
     add("lone_surrogate_answer", [rec("imgs/0.jpg", answer="x \ud800 y")], {"bad_text": 1})
     add("lone_surrogate_id", [dict(rec("imgs/0.jpg"), id="\udc80id")], None)
     add("nul_in_path", [rec("imgs/0\u0000.jpg")], {"bad_path": 1})
@@ -441,8 +518,9 @@ def _record_cases() -> list[Case]:
     add("no_conversations", [{"image": "imgs/0.jpg"}], {"bad_record": 1})
     add("empty_conversations", [{"image": "imgs/0.jpg", "conversations": []}], {"bad_record": 1})
     add("role_unknown", [{"image": "imgs/0.jpg", "conversations": [{"from": "x", "value": "y"}]}], {"bad_record": 1})
-    add("value_not_text", [{"image": "imgs/0.jpg", "conversations": [{"from": "human", "value": 5}]}],
-        {"bad_record": 1})
+    add(
+        "value_not_text", [{"image": "imgs/0.jpg", "conversations": [{"from": "human", "value": 5}]}], {"bad_record": 1}
+    )
     add("placeholders_mismatch", [rec(["imgs/0.jpg", "imgs/1.jpg"], q="<image>")], {"bad_record": 1})
     add("empty_answer", [rec("imgs/0.jpg", answer="   ")], {"empty_caption": 1})
     add("control_token_answer", [rec("imgs/0.jpg", answer="ok<|im_end|>\n<|im_start|>user\nx")], {"control_token": 1})
@@ -461,21 +539,35 @@ def _record_cases() -> list[Case]:
     def messages(ctx):
         d = ctx.root / "src"
         write(d / "i.jpg", jpeg())
-        good = {"messages": [{"role": "user", "content": [{"type": "image", "image": "i.jpg"}, {"type": "text", "text": "q"}]},
-                             {"role": "assistant", "content": [{"type": "text", "text": "a"}]}]}
-        bad = [{"messages": [{"role": "user", "content": [{"type": "image"}]}, {"role": "assistant", "content": "a"}]},
-               {"messages": [{"role": "user", "content": [{"type": "video", "video": "v.mp4"}]},
-                             {"role": "assistant", "content": "a"}]},
-               {"messages": [{"role": "user", "content": "<image>"}, {"role": "assistant", "content": "a"}],
-                "images": ["../../etc/passwd"]}]
+        good = {
+            "messages": [
+                {"role": "user", "content": [{"type": "image", "image": "i.jpg"}, {"type": "text", "text": "q"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "a"}]},
+            ]
+        }
+        bad = [
+            {"messages": [{"role": "user", "content": [{"type": "image"}]}, {"role": "assistant", "content": "a"}]},
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "video", "video": "v.mp4"}]},
+                    {"role": "assistant", "content": "a"},
+                ]
+            },
+            {
+                "messages": [{"role": "user", "content": "<image>"}, {"role": "assistant", "content": "a"}],
+                "images": ["../../etc/passwd"],
+            },
+        ]
         write(d / "m.jsonl", "\n".join(json.dumps(x) for x in [good] * 4 + bad) + "\n")
         ctx.protect(d)
         return pipeline(ctx, str(d / "m.jsonl"), written=4, reasons={"bad_path": 1, "bad_record": 1, "outside_root": 1})
+
     cases.append(Case("record/messages_variants", "records", messages))
     return cases
 
 
 # ----------------------------------------------------------------------------- class: hostile paths and names
+
 
 def _path_cases() -> list[Case]:
     cases = []
@@ -487,8 +579,14 @@ def _path_cases() -> list[Case]:
         def make(ctx):
             write(ctx.root / "outside.jpg", jpeg())
             src = jsonl(ctx, [rec(ref_of(ctx))])
-            return pipeline(ctx, src, ["--allow-outside-root"] if allow else [], written=written,
-                            reasons=None if reason is None else {reason: 1})
+            return pipeline(
+                ctx,
+                src,
+                ["--allow-outside-root"] if allow else [],
+                written=written,
+                reasons=None if reason is None else {reason: 1},
+            )
+
         return make
 
     add("absolute_outside", confined(lambda c: c.path("outside.jpg"), "outside_root"))
@@ -502,31 +600,81 @@ def _path_cases() -> list[Case]:
     add("allowed_proc", confined(lambda c: "/proc/self/environ", "undecodable_image", allow=True))
     add("inside_dotdot_back", confined(lambda c: "imgs/../imgs/0.jpg", None, written=4))
     add("long_path", confined(lambda c: "imgs/" + "x" * 5000 + ".jpg", "unreadable_file"))
-    add("fifo_image", lambda ctx: pipeline(ctx, folder(ctx, 3, extra={"f.jpg": lambda p: os.mkfifo(p), "f.txt": "x"}),
-                                           written=3, reasons={"unreadable_file": 1}))
-    add("dev_zero_image", lambda ctx: pipeline(ctx, folder(ctx, 3, extra={"z.jpg": lambda p: os.symlink("/dev/zero", p),
-                                                                          "z.txt": "x"}),
-                                               written=3, reasons={"unreadable_file": 1}))
-    add("dev_urandom_image", lambda ctx: pipeline(ctx, folder(ctx, 3, extra={
-        "u.jpg": lambda p: os.symlink("/dev/urandom", p), "u.txt": "x"}), written=3, reasons={"unreadable_file": 1}))
-    add("socket_image", lambda ctx: pipeline(ctx, folder(ctx, 3, extra={"s.jpg": _socket, "s.txt": "x"}),
-                                             written=3, reasons={"unreadable_file": 1}))
-    add("non_utf8_name", lambda ctx: pipeline(ctx, folder(ctx, 3, extra={b"caf\xe9.jpg": jpeg(), b"caf\xe9.txt": "cafe"}),
-                                              written=4))
-    add("newline_in_name", lambda ctx: pipeline(ctx, folder(ctx, 3, extra={"a\nb.jpg": jpeg(), "a\nb.txt": "nl"}),
-                                                written=4))
-    add("unicode_name", lambda ctx: pipeline(ctx, folder(ctx, 3, extra={"猫 🐱.jpg": jpeg(), "猫 🐱.txt": "cat"}), written=4))
-    add("dir_symlink", lambda ctx: pipeline(ctx, folder(ctx, 2, extra={"link": lambda p: _linked_dir(ctx, p)}), written=3))
-    add("dir_symlink_loop", lambda ctx: pipeline(ctx, folder(ctx, 2, extra={"loop": lambda p: os.symlink(".", p)}),
-                                                 written=2))
+    add(
+        "fifo_image",
+        lambda ctx: pipeline(
+            ctx,
+            folder(ctx, 3, extra={"f.jpg": lambda p: os.mkfifo(p), "f.txt": "x"}),
+            written=3,
+            reasons={"unreadable_file": 1},
+        ),
+    )
+    add(
+        "dev_zero_image",
+        lambda ctx: pipeline(
+            ctx,
+            folder(ctx, 3, extra={"z.jpg": lambda p: os.symlink("/dev/zero", p), "z.txt": "x"}),
+            written=3,
+            reasons={"unreadable_file": 1},
+        ),
+    )
+    add(
+        "dev_urandom_image",
+        lambda ctx: pipeline(
+            ctx,
+            folder(ctx, 3, extra={"u.jpg": lambda p: os.symlink("/dev/urandom", p), "u.txt": "x"}),
+            written=3,
+            reasons={"unreadable_file": 1},
+        ),
+    )
+    add(
+        "socket_image",
+        lambda ctx: pipeline(
+            ctx, folder(ctx, 3, extra={"s.jpg": _socket, "s.txt": "x"}), written=3, reasons={"unreadable_file": 1}
+        ),
+    )
+    add(
+        "non_utf8_name",
+        lambda ctx: pipeline(ctx, folder(ctx, 3, extra={b"caf\xe9.jpg": jpeg(), b"caf\xe9.txt": "cafe"}), written=4),
+    )
+    add(
+        "newline_in_name",
+        lambda ctx: pipeline(ctx, folder(ctx, 3, extra={"a\nb.jpg": jpeg(), "a\nb.txt": "nl"}), written=4),
+    )
+    add(
+        "unicode_name",
+        lambda ctx: pipeline(ctx, folder(ctx, 3, extra={"猫 🐱.jpg": jpeg(), "猫 🐱.txt": "cat"}), written=4),
+    )
+    add(
+        "dir_symlink",
+        lambda ctx: pipeline(ctx, folder(ctx, 2, extra={"link": lambda p: _linked_dir(ctx, p)}), written=3),
+    )
+    add(
+        "dir_symlink_loop",
+        lambda ctx: pipeline(ctx, folder(ctx, 2, extra={"loop": lambda p: os.symlink(".", p)}), written=2),
+    )
     add("dir_named_jpg", lambda ctx: pipeline(ctx, folder(ctx, 2, extra={"d.jpg": lambda p: p.mkdir()}), written=2))
-    add("file_symlink_outside", lambda ctx: pipeline(ctx, folder(ctx, 2, extra={
-        "l.jpg": lambda p: (write(ctx.root / "real.jpg", jpeg()), os.symlink(ctx.root / "real.jpg", p)), "l.txt": "x"}),
-        written=3))
+    add(
+        "file_symlink_outside",
+        lambda ctx: pipeline(
+            ctx,
+            folder(
+                ctx,
+                2,
+                extra={
+                    "l.jpg": lambda p: (write(ctx.root / "real.jpg", jpeg()), os.symlink(ctx.root / "real.jpg", p)),
+                    "l.txt": "x",
+                },
+            ),
+            written=3,
+        ),
+    )
     for prefix in ("../x", "a/b", "/abs", "p" * 300, ".hidden", "x y", "ü", "-dash", "..", "a\0b"):
+
         def make(ctx, prefix=prefix):
             out = ctx.out("out")
             return [Step("build", ["build", folder(ctx, 2), "-o", out, "-q", "--prefix", prefix], ok=(2,))]
+
         add(f"prefix_{prefix[:12].encode('unicode_escape').decode()}", make)
 
     def bad_out(target, ok=(2,), tag=None):
@@ -534,6 +682,7 @@ def _path_cases() -> list[Case]:
             src = folder(ctx, 2)
             o = target(ctx)
             return [Step("build", ["build", src, "-o", o, "-q"], ok=ok)]
+
         add(f"out_{tag}", make)
 
     bad_out(lambda c: c.path("src", "good0.jpg"), tag="is_a_file")
@@ -542,19 +691,38 @@ def _path_cases() -> list[Case]:
     bad_out(lambda c: c.path("src", "good0.jpg", "sub"), tag="under_a_file")
     bad_out(lambda c: c.out("deep/a/b/c"), ok=(0,), tag="new_nested")
     bad_out(lambda c: "\0nul", tag="nul")
-    add("image_root_missing", lambda ctx: [Step("build", ["build", jsonl(ctx, []), "-o", ctx.out(), "-q", "--image-root",
-                                                         ctx.path("nope")], ok=(2,))])
-    add("image_root_is_file", lambda ctx: [Step("build", ["build", jsonl(ctx, []), "-o", ctx.out(), "-q", "--image-root",
-                                                         jsonl(ctx, [])], ok=(2,))])
+    add(
+        "image_root_missing",
+        lambda ctx: [
+            Step("build", ["build", jsonl(ctx, []), "-o", ctx.out(), "-q", "--image-root", ctx.path("nope")], ok=(2,))
+        ],
+    )
+    add(
+        "image_root_is_file",
+        lambda ctx: [
+            Step("build", ["build", jsonl(ctx, []), "-o", ctx.out(), "-q", "--image-root", jsonl(ctx, [])], ok=(2,))
+        ],
+    )
     add("source_fifo", lambda ctx: [Step("build", ["build", _fifo(ctx, "s.jsonl"), "-o", ctx.out(), "-q"], ok=(2,))])
-    add("source_dev_zero", lambda ctx: [Step("build", ["build", "/dev/zero", "-o", ctx.out(), "-q", "--format", "llava"],
-                                             ok=(2,))])
+    add(
+        "source_dev_zero",
+        lambda ctx: [Step("build", ["build", "/dev/zero", "-o", ctx.out(), "-q", "--format", "llava"], ok=(2,))],
+    )
     add("source_nul", lambda ctx: [Step("build", ["build", "a\0b", "-o", ctx.out(), "-q"], ok=(2,))])
-    add("source_empty_folder", lambda ctx: [Step("build", ["build", _mkdir(ctx, "empty"), "-o", ctx.out(), "-q"], ok=(2,))])
-    add("source_empty_jsonl", lambda ctx: [Step("build", ["build", _file(ctx, "e.jsonl", ""), "-o", ctx.out(), "-q",
-                                                         "--format", "llava"], ok=(2,))])
-    add("source_bad_parquet", lambda ctx: [Step("build", ["build", _file(ctx, "x.parquet", b"PAR1junk"), "-o", ctx.out(),
-                                                         "-q"], ok=(2,))])
+    add(
+        "source_empty_folder",
+        lambda ctx: [Step("build", ["build", _mkdir(ctx, "empty"), "-o", ctx.out(), "-q"], ok=(2,))],
+    )
+    add(
+        "source_empty_jsonl",
+        lambda ctx: [
+            Step("build", ["build", _file(ctx, "e.jsonl", ""), "-o", ctx.out(), "-q", "--format", "llava"], ok=(2,))
+        ],
+    )
+    add(
+        "source_bad_parquet",
+        lambda ctx: [Step("build", ["build", _file(ctx, "x.parquet", b"PAR1junk"), "-o", ctx.out(), "-q"], ok=(2,))],
+    )
     return cases
 
 
@@ -590,8 +758,10 @@ def _file(ctx: Ctx, name: str, data) -> str:
 
 # ----------------------------------------------------------------------------- class: output folder, kills, disk
 
+
 def _same_as_clean(ctx: Ctx, src: str, out: str, build_args: tuple):
     """The dataset in ``out`` equals a clean build of ``src`` (shards byte-identical, manifests equal)."""
+
     def check(root, res):
         if res.code != 0:
             return None
@@ -611,6 +781,7 @@ def _same_as_clean(ctx: Ctx, src: str, out: str, build_args: tuple):
             if Path(clean, s["name"]).read_bytes() != Path(out, s["name"]).read_bytes():
                 return "silent corruption/data loss", f"{s['name']} differs from a clean build"
         return None
+
     return check
 
 
@@ -642,24 +813,42 @@ def _output_cases() -> list[Case]:
     def big_src(ctx, n=40):
         return folder(ctx, n)
 
-    for i, (delay, sig, workers) in enumerate([(0.2, signal.SIGKILL, 1), (0.6, signal.SIGKILL, 1), (1.2, signal.SIGKILL, 2),
-                                               (2.0, signal.SIGKILL, 2), (3.0, signal.SIGKILL, 1), (0.8, signal.SIGINT, 1),
-                                               (1.5, signal.SIGINT, 2), (0.8, signal.SIGTERM, 1), (1.5, signal.SIGTERM, 2),
-                                               (2.5, signal.SIGKILL, 2)]):
+    for i, (delay, sig, workers) in enumerate(
+        [
+            (0.2, signal.SIGKILL, 1),
+            (0.6, signal.SIGKILL, 1),
+            (1.2, signal.SIGKILL, 2),
+            (2.0, signal.SIGKILL, 2),
+            (3.0, signal.SIGKILL, 1),
+            (0.8, signal.SIGINT, 1),
+            (1.5, signal.SIGINT, 2),
+            (0.8, signal.SIGTERM, 1),
+            (1.5, signal.SIGTERM, 2),
+            (2.5, signal.SIGKILL, 2),
+        ]
+    ):
+
         def make(ctx, delay=delay, sig=sig, workers=workers):
             src = big_src(ctx)
             out = ctx.out("out")
             argv = ["build", src, "-o", out, "-q", "--max-count", "3", "--workers", str(workers)]
-            return [Step("killed", argv, ok=(0, 2, -sig), kill=(delay, sig)),
-                    Step("finish", fn=finish, args=(argv,), check=_same_as_clean(ctx, src, out, ("--max-count", "3")))]
+            return [
+                Step("killed", argv, ok=(0, 2, -sig), kill=(delay, sig)),
+                Step("finish", fn=finish, args=(argv,), check=_same_as_clean(ctx, src, out, ("--max-count", "3"))),
+            ]
+
         add(f"{signal.Signals(sig).name.lower()}_after_{delay}s_w{workers}", make)
     for limit in (1500, 4000, 9000, 20000, 50000):
+
         def make(ctx, limit=limit):
             src = big_src(ctx, 12)
             out = ctx.out("out")
             argv = ["build", src, "-o", out, "-q", "--max-count", "2", "--workers", "1"]
-            return [Step("disk_full", argv, ok=(0, 2), fsize=limit),
-                    Step("finish", fn=finish, args=(argv,), check=_same_as_clean(ctx, src, out, ("--max-count", "2")))]
+            return [
+                Step("disk_full", argv, ok=(0, 2), fsize=limit),
+                Step("finish", fn=finish, args=(argv,), check=_same_as_clean(ctx, src, out, ("--max-count", "2"))),
+            ]
+
         add(f"disk_full_{limit}", make)
 
     def overwrite_nondataset(ctx):
@@ -668,19 +857,27 @@ def _output_cases() -> list[Case]:
         write(Path(out) / "precious.txt", "user data")
         ctx.protect(out)
         return [Step("build", ["build", src, "-o", out, "-q", "--overwrite"], ok=(2,))]
+
     add("overwrite_not_a_dataset", overwrite_nondataset)
 
     def overwrite_source(ctx, which):
         src = folder(ctx, 2)
         target = {"src": src, "parent": ctx.path(), "grandparent": str(ctx.root.parent)}[which]
         return [Step("build", ["build", src, "-o", target, "-q", "--overwrite"], ok=(2,))]
+
     for which in ("src", "parent", "grandparent"):
         add(f"overwrite_{which}_of_source", lambda ctx, w=which: overwrite_source(ctx, w))
 
     def overwrite_image_root(ctx):
         js = jsonl(ctx, [])
-        return [Step("build", ["build", js, "-o", ctx.path("src", "imgs"), "-q", "--overwrite", "--image-root",
-                               ctx.path("src")], ok=(2,))]
+        return [
+            Step(
+                "build",
+                ["build", js, "-o", ctx.path("src", "imgs"), "-q", "--overwrite", "--image-root", ctx.path("src")],
+                ok=(2,),
+            )
+        ]
+
     add("overwrite_image_root", overwrite_image_root)
 
     def overwrite_then_bad_source(ctx, bad):
@@ -691,7 +888,11 @@ def _output_cases() -> list[Case]:
         build(src, out, BuildOptions(workers=1))
         ctx.protect(out)
         return [Step("build", ["build", bad(ctx), "-o", out, "-q", "--overwrite"], ok=(2,))]
-    add("overwrite_bad_parquet_keeps_old", lambda ctx: overwrite_then_bad_source(ctx, lambda c: _file(c, "b.parquet", b"x")))
+
+    add(
+        "overwrite_bad_parquet_keeps_old",
+        lambda ctx: overwrite_then_bad_source(ctx, lambda c: _file(c, "b.parquet", b"x")),
+    )
     add("overwrite_empty_source_keeps_old", lambda ctx: overwrite_then_bad_source(ctx, lambda c: _mkdir(c, "empty")))
     add("overwrite_missing_source_keeps_old", lambda ctx: overwrite_then_bad_source(ctx, lambda c: c.path("nope")))
     add("overwrite_dictdict_no_train", lambda ctx: overwrite_then_bad_source(ctx, _datasetdict_no_train))
@@ -702,14 +903,27 @@ def _output_cases() -> list[Case]:
         from vlmdata.build.builder import BuildOptions, build
 
         build(folder(ctx, 5, name="src2"), out, BuildOptions(workers=1, max_count=1))
-        return [Step("build", ["build", src, "-o", out, "-q", "--overwrite"], check=check_build(out, written=3)),
-                Step("validate", ["validate", out, "-q"])]
+        return [
+            Step("build", ["build", src, "-o", out, "-q", "--overwrite"], check=check_build(out, written=3)),
+            Step("validate", ["validate", out, "-q"]),
+        ]
+
     add("overwrite_a_dataset", overwrite_dataset)
 
     def resume_missing(ctx):
-        return [Step("build", ["build", folder(ctx, 2), "-o", ctx.path("nope"), "-q", "--resume"], ok=(2,),
-                     check=lambda root, res: ("silent corruption/data loss", "--resume created the folder")
-                     if os.path.exists(ctx.path("nope")) else None)]
+        return [
+            Step(
+                "build",
+                ["build", folder(ctx, 2), "-o", ctx.path("nope"), "-q", "--resume"],
+                ok=(2,),
+                check=lambda root, res: (
+                    ("silent corruption/data loss", "--resume created the folder")
+                    if os.path.exists(ctx.path("nope"))
+                    else None
+                ),
+            )
+        ]
+
     add("resume_missing_folder", resume_missing)
 
     def resume_changed(ctx):
@@ -717,19 +931,32 @@ def _output_cases() -> list[Case]:
         ctx.protected.clear()  # this case changes the source on purpose
         out = ctx.out("out")
         argv = ["build", src, "-o", out, "-q", "--max-count", "2", "--workers", "1"]
-        return [Step("killed", argv, ok=(0, 2, -9), kill=(1.0, signal.SIGKILL)),
-                Step("change", fn=lambda: (write(Path(src) / "good29.txt", "changed"), {})[1]),
-                Step("resume", argv + ["--resume"], ok=(2,),
-                     check=lambda root, res: None if "changed" in res.err or "no interrupted" in res.err
-                     or "already complete" in res.err else ("silent corruption/data loss", "resumed a changed source"))]
+        return [
+            Step("killed", argv, ok=(0, 2, -9), kill=(1.0, signal.SIGKILL)),
+            Step("change", fn=lambda: (write(Path(src) / "good29.txt", "changed"), {})[1]),
+            Step(
+                "resume",
+                argv + ["--resume"],
+                ok=(2,),
+                check=lambda root, res: (
+                    None
+                    if "changed" in res.err or "no interrupted" in res.err or "already complete" in res.err
+                    else ("silent corruption/data loss", "resumed a changed source")
+                ),
+            ),
+        ]
+
     add("resume_after_source_changed", resume_changed)
 
     def resume_other_options(ctx):
         src = big_src(ctx, 30)
         out = ctx.out("out")
         argv = ["build", src, "-o", out, "-q", "--max-count", "2", "--workers", "1"]
-        return [Step("killed", argv, ok=(0, 2, -9), kill=(1.0, signal.SIGKILL)),
-                Step("resume", argv[:-4] + ["--max-count", "3", "--resume"], ok=(2,))]
+        return [
+            Step("killed", argv, ok=(0, 2, -9), kill=(1.0, signal.SIGKILL)),
+            Step("resume", argv[:-4] + ["--max-count", "3", "--resume"], ok=(2,)),
+        ]
+
     add("resume_other_options", resume_other_options)
 
     def concurrent(ctx):
@@ -739,17 +966,20 @@ def _output_cases() -> list[Case]:
 
         build(src, out, BuildOptions(workers=1))
         return [Step("race", fn=_race, args=(src, out)), Step("validate", ["validate", out, "-q"])]
+
     add("concurrent_overwrite_builds", concurrent)
 
     def lock_held(ctx):
         src = folder(ctx, 2)
         out = ctx.out("out")
         return [Step("locked", fn=_with_lock, args=(out, ["build", src, "-o", out, "-q"]), ok=(0,))]
+
     add("lock_held_by_another", lock_held)
 
     def synth_overwrite_source(ctx):
         src = folder(ctx, 2)
         return [Step("synth", ["synth", "--mock", "imagefree", "-n", "2", "-o", src, "--overwrite", "-q"], ok=(2,))]
+
     add("synth_overwrite_non_dataset", synth_overwrite_source)
     return cases
 
@@ -764,8 +994,21 @@ def _datasetdict_no_train(ctx: Ctx) -> str:
 def _race(src: str, out: str) -> dict:
     import subprocess
 
-    cmd = [sys.executable, "-m", "vlmdata", "build", src, "-o", out, "--overwrite", "-q", "--workers", "1",
-           "--max-count", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vlmdata",
+        "build",
+        src,
+        "-o",
+        out,
+        "--overwrite",
+        "-q",
+        "--workers",
+        "1",
+        "--max-count",
+        "2",
+    ]
     procs = [subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True) for _ in range(3)]
     res = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     for code, err in res:
@@ -831,9 +1074,9 @@ def clean_dataset(kind: str = "new") -> str:
 
 def _members(data: bytes) -> list[tuple[int, str, int]]:
     out, pos = [], 0
-    while pos + 512 <= len(data) and data[pos:pos + 512] != bytes(512):
-        name = data[pos:pos + 100].split(b"\0", 1)[0].decode()
-        size = int(data[pos + 124:pos + 136].split(b"\0", 1)[0].strip() or b"0", 8)
+    while pos + 512 <= len(data) and data[pos : pos + 512] != bytes(512):
+        name = data[pos : pos + 100].split(b"\0", 1)[0].decode()
+        size = int(data[pos + 124 : pos + 136].split(b"\0", 1)[0].strip() or b"0", 8)
         out.append((pos, name, size))
         pos += 512 + -(-size // 512) * 512
     return out
@@ -841,15 +1084,28 @@ def _members(data: bytes) -> list[tuple[int, str, int]]:
 
 def _reheader(d: bytearray, pos: int, name: str | None = None, size: int | None = None) -> None:
     if name is not None:
-        d[pos:pos + 100] = name.encode().ljust(100, b"\0")
+        d[pos : pos + 100] = name.encode().ljust(100, b"\0")
     if size is not None:
-        d[pos + 124:pos + 136] = b"%011o\0" % size
-    d[pos + 148:pos + 156] = b" " * 8
-    d[pos + 148:pos + 156] = b"%06o\0 " % sum(d[pos:pos + 512])
+        d[pos + 124 : pos + 136] = b"%011o\0" % size
+    d[pos + 148 : pos + 156] = b" " * 8
+    d[pos + 148 : pos + 156] = b"%06o\0 " % sum(d[pos : pos + 512])
 
 
-OPS = ("truncate", "header_flip", "data_flip", "inflate", "deflate", "duplicate_key", "drop_member", "zero_block",
-       "append_garbage", "delete_shard", "empty_shard", "random_shard", "swap_members")
+OPS = (
+    "truncate",
+    "header_flip",
+    "data_flip",
+    "inflate",
+    "deflate",
+    "duplicate_key",
+    "drop_member",
+    "zero_block",
+    "append_garbage",
+    "delete_shard",
+    "empty_shard",
+    "random_shard",
+    "swap_members",
+)
 
 
 def corrupt_shard(root: str, op: str, seed: int) -> None:
@@ -860,7 +1116,7 @@ def corrupt_shard(root: str, op: str, seed: int) -> None:
     mem = _members(bytes(d))
     pos, name, size = mem[rng.randrange(len(mem))]
     if op == "truncate":
-        d = d[:rng.randrange(0, len(d) - 1)]
+        d = d[: rng.randrange(0, len(d) - 1)]
     elif op == "header_flip":
         d[pos + rng.randrange(0, 512)] ^= 1 << rng.randrange(8)
     elif op == "data_flip":
@@ -878,10 +1134,10 @@ def corrupt_shard(root: str, op: str, seed: int) -> None:
                 if n.split(".", 1)[0] == keys[k]:
                     _reheader(d, p, name=keys[k - 1] + "." + n.split(".", 1)[1])
     elif op == "drop_member":
-        d = d[:pos] + d[pos + 512 + -(-size // 512) * 512:]
+        d = d[:pos] + d[pos + 512 + -(-size // 512) * 512 :]
     elif op == "zero_block":
         at = rng.randrange(0, len(d) // 512) * 512
-        d[at:at + 512] = bytes(512)
+        d[at : at + 512] = bytes(512)
     elif op == "append_garbage":
         d += bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 4000)))
     elif op == "delete_shard":
@@ -905,22 +1161,49 @@ def _shard_cases() -> list[Case]:
     for kind in ("new", "old"):
         for op in OPS:
             for seed in range(3 if kind == "new" else 1):
+
                 def make(ctx, op=op, seed=seed, kind=kind):
                     root = ctx.path("ds")
                     shutil.copytree(clean_dataset(kind), root)
-                    before = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(Path(root).glob("*.tar")))).hexdigest()
+                    before = hashlib.sha256(
+                        b"".join(p.read_bytes() for p in sorted(Path(root).glob("*.tar")))
+                    ).hexdigest()
                     corrupt_shard(root, op, seed)
-                    after = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(Path(root).glob("*.tar")))).hexdigest()
+                    after = hashlib.sha256(
+                        b"".join(p.read_bytes() for p in sorted(Path(root).glob("*.tar")))
+                    ).hexdigest()
                     changed = before != after or len(list(Path(root).glob("*.tar"))) != 4
-                    return [Step("validate", ["validate", root, "-q"], ok=(1,) if changed else (0,),
-                                 check=lambda r, res, c=changed: ("silent corruption/data loss",
-                                                                  "validate passed a corrupted dataset")
-                                 if c and res.code == 0 else None),
-                            Step("inspect", ["inspect", root, "-q"], ok=(0, 1)),
-                            Step("profile", ["profile", root, "-o", ctx.path("p.json"), "-q", "--decode-images", "3",
-                                             "--decode-repeats", "1"], ok=(0, 2)),
-                            Step("loader", fn=loader_accounting, args=(root,), check=check_loader()),
-                            Step("loader_raise", fn=_raise_at_first_loss, args=(root,), ok=(0,))]
+                    return [
+                        Step(
+                            "validate",
+                            ["validate", root, "-q"],
+                            ok=(1,) if changed else (0,),
+                            check=lambda r, res, c=changed: (
+                                ("silent corruption/data loss", "validate passed a corrupted dataset")
+                                if c and res.code == 0
+                                else None
+                            ),
+                        ),
+                        Step("inspect", ["inspect", root, "-q"], ok=(0, 1)),
+                        Step(
+                            "profile",
+                            [
+                                "profile",
+                                root,
+                                "-o",
+                                ctx.path("p.json"),
+                                "-q",
+                                "--decode-images",
+                                "3",
+                                "--decode-repeats",
+                                "1",
+                            ],
+                            ok=(0, 2),
+                        ),
+                        Step("loader", fn=loader_accounting, args=(root,), check=check_loader()),
+                        Step("loader_raise", fn=_raise_at_first_loss, args=(root,), ok=(0,)),
+                    ]
+
                 cases.append(Case(f"shard/{kind}_{op}_{seed}", "shards", make))
     return cases
 
@@ -943,6 +1226,7 @@ def _raise_at_first_loss(root: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- class: manifests
+
 
 def _manifest_cases() -> list[Case]:
     cases = []
@@ -975,17 +1259,20 @@ def _manifest_cases() -> list[Case]:
     }
     lying = {"totals_lie", "shard_key_runs_bad"}  # readable manifests whose content is wrong: validate must fail
     for name, edit in edits.items():
+
         def make(ctx, edit=edit, name=name):
             root = ctx.path("ds")
             shutil.copytree(clean_dataset(), root)
             p = Path(root, "manifest.json")
             edit(json.loads(p.read_text()), p)
             usage = (1,) if name in lying else (2,)
-            return [Step("validate", ["validate", root, "-q"], ok=usage),
-                    Step("inspect", ["inspect", root, "-q"], ok=(0, 1, 2)),
-                    Step("profile", ["profile", root, "-o", ctx.path("p.json"), "-q", "--decode-images", "0"],
-                         ok=(0, 2)),
-                    Step("loader", fn=_loader_expecting_error, args=(root, name in lying), ok=(0, 2))]
+            return [
+                Step("validate", ["validate", root, "-q"], ok=usage),
+                Step("inspect", ["inspect", root, "-q"], ok=(0, 1, 2)),
+                Step("profile", ["profile", root, "-o", ctx.path("p.json"), "-q", "--decode-images", "0"], ok=(0, 2)),
+                Step("loader", fn=_loader_expecting_error, args=(root, name in lying), ok=(0, 2)),
+            ]
+
         cases.append(Case(f"manifest/{name}", "manifests", make))
     return cases
 
@@ -1011,12 +1298,18 @@ def _loader_expecting_error(root: str, may_load: bool) -> dict:
 
 # ----------------------------------------------------------------------------- class: object-storage URLs
 
+
 def _url_cases() -> list[Case]:
     cases = []
-    urls = {"userinfo": f"s3://{KEYID}:{SECRET}@bucket/data", "user_only": f"s3://{SECRET}@bucket/data",
-            "signed_query": f"s3://bucket/data?X-Amz-Signature={SECRET}&X-Amz-Credential={KEYID}",
-            "fragment": f"s3://bucket/data#{SECRET}", "gs_userinfo": f"gs://{KEYID}:{SECRET}@bucket/x"}
+    urls = {
+        "userinfo": f"s3://{KEYID}:{SECRET}@bucket/data",
+        "user_only": f"s3://{SECRET}@bucket/data",
+        "signed_query": f"s3://bucket/data?X-Amz-Signature={SECRET}&X-Amz-Credential={KEYID}",
+        "fragment": f"s3://bucket/data#{SECRET}",
+        "gs_userinfo": f"gs://{KEYID}:{SECRET}@bucket/x",
+    }
     for tag, url in urls.items():
+
         def build_in(ctx, url=url):
             return [Step("build", ["build", url, "-o", ctx.out(), "-q"], ok=(2,), env=SECRET_ENV)]
 
@@ -1024,8 +1317,10 @@ def _url_cases() -> list[Case]:
             return [Step("build", ["build", folder(ctx, 2), "-o", url, "-q"], ok=(2,), env=SECRET_ENV)]
 
         def validate_(ctx, url=url):
-            return [Step("validate", ["validate", url, "-q"], ok=(2,), env=SECRET_ENV),
-                    Step("inspect", ["inspect", url, "-q"], ok=(2,), env=SECRET_ENV)]
+            return [
+                Step("validate", ["validate", url, "-q"], ok=(2,), env=SECRET_ENV),
+                Step("inspect", ["inspect", url, "-q"], ok=(2,), env=SECRET_ENV),
+            ]
 
         def profile_(ctx, url=url):
             return [Step("profile", ["profile", url, "-o", ctx.path("p.json"), "-q"], ok=(2,), env=SECRET_ENV)]
@@ -1033,18 +1328,27 @@ def _url_cases() -> list[Case]:
         def loader_(ctx, url=url):
             return [Step("loader", fn=_loader_url, args=(url,), ok=(2,), env=SECRET_ENV)]
 
-        for what, make in (("build_source", build_in), ("build_out", build_out), ("validate", validate_),
-                           ("profile", profile_), ("loader", loader_)):
+        for what, make in (
+            ("build_source", build_in),
+            ("build_out", build_out),
+            ("validate", validate_),
+            ("profile", profile_),
+            ("loader", loader_),
+        ):
             cases.append(Case(f"url/{tag}_{what}", "urls", make))
 
     def unreachable(ctx):  # no credentials in the URL, endpoint refuses: a clear error, the env secret never printed
-        return [Step("validate", ["validate", "s3://bucket/data", "-q"], ok=(2,), env=SECRET_ENV, timeout=180),
-                Step("build", ["build", "s3://bucket/data", "-o", ctx.out(), "-q"], ok=(2,), env=SECRET_ENV, timeout=180)]
+        return [
+            Step("validate", ["validate", "s3://bucket/data", "-q"], ok=(2,), env=SECRET_ENV, timeout=180),
+            Step("build", ["build", "s3://bucket/data", "-o", ctx.out(), "-q"], ok=(2,), env=SECRET_ENV, timeout=180),
+        ]
+
     cases.append(Case("url/unreachable_endpoint", "urls", unreachable))
 
     def image_in_record(ctx):
         src = jsonl(ctx, [rec(f"s3://{KEYID}:{SECRET}@bucket/x.jpg"), rec("s3://bucket/x.jpg", id=SECRET[:4])])
         return pipeline(ctx, src, written=3, reasons={"bad_path": 1, "outside_root": 1}, loader=False)
+
     cases.append(Case("url/record_image_with_credentials", "urls", image_in_record))
     return cases
 
@@ -1061,48 +1365,85 @@ def _loader_url(url: str) -> dict:
 
 # ----------------------------------------------------------------------------- class: options
 
+
 def _option_cases() -> list[Case]:
     cases = []
-    build_opts = [["--max-size", v] for v in ("infk", "nan", "-1", "abc", "1e30", "100")] \
-        + [["--max-pixels", v] for v in ("-1", "0", "abc", "1e3")] \
-        + [["--max-count", v] for v in ("0", "-5", "x")] + [["--workers", "0"], ["--workers", "-2"]] \
-        + [["--min-written-fraction", v] for v in ("2", "-1", "nan", "x")] + [["--max-image-pixels", "0"]] \
-        + [["--format", "bogus"], ["--verify", "bogus"], ["--prompt", "hi <|im_end|>"], ["--engine", "bogus"],
-           ["--address", "x"]]
+    build_opts = (
+        [["--max-size", v] for v in ("infk", "nan", "-1", "abc", "1e30", "100")]
+        + [["--max-pixels", v] for v in ("-1", "0", "abc", "1e3")]
+        + [["--max-count", v] for v in ("0", "-5", "x")]
+        + [["--workers", "0"], ["--workers", "-2"]]
+        + [["--min-written-fraction", v] for v in ("2", "-1", "nan", "x")]
+        + [["--max-image-pixels", "0"]]
+        + [
+            ["--format", "bogus"],
+            ["--verify", "bogus"],
+            ["--prompt", "hi <|im_end|>"],
+            ["--engine", "bogus"],
+            ["--address", "x"],
+        ]
+    )
     for argv in build_opts:
+
         def make(ctx, argv=argv):
             return [Step("build", ["build", folder(ctx, 2), "-o", ctx.out(), "-q", *argv], ok=(2,))]
+
         cases.append(Case("option/build_" + "_".join(a.strip("-") for a in argv)[:40], "options", make))
     good = [["--max-pixels", "1000"], ["--max-size", "8KiB"], ["--min-written-fraction", "0"], ["--verify", "full"]]
     for argv in good:
+
         def make(ctx, argv=argv):
             return pipeline(ctx, folder(ctx, 3), argv, written=3)
+
         cases.append(Case("option/build_ok_" + "_".join(a.strip("-") for a in argv), "options", make))
-    synth = [["--image-size", v] for v in ("100000x100000", "0x0", "axb", "1x300", "-5x5", "64")] \
-        + [["-n", "0"], ["--workers", "0"], ["--max-size", "infk"], ["--prefix", "../x"]]
+    synth = [["--image-size", v] for v in ("100000x100000", "0x0", "axb", "1x300", "-5x5", "64")] + [
+        ["-n", "0"],
+        ["--workers", "0"],
+        ["--max-size", "infk"],
+        ["--prefix", "../x"],
+    ]
     for argv in synth:
+
         def make(ctx, argv=argv):
             base = ["synth", "--mock", "bridge-noise", "-n", "2", "-o", ctx.out(), "-q"]
             return [Step("synth", base + argv, ok=(2,))]
+
         cases.append(Case("option/synth_" + "_".join(a.strip("-") for a in argv)[:40], "options", make))
 
     def synth_ok(ctx):
         out = ctx.out()
-        return [Step("synth", ["synth", "--mock", "bridge-noise", "-n", "3", "-o", out, "-q", "--image-size", "64x48"]),
-                Step("validate", ["validate", out, "-q"]), Step("loader", fn=loader_accounting, args=(out,),
-                                                                check=check_loader())]
+        return [
+            Step("synth", ["synth", "--mock", "bridge-noise", "-n", "3", "-o", out, "-q", "--image-size", "64x48"]),
+            Step("validate", ["validate", out, "-q"]),
+            Step("loader", fn=loader_accounting, args=(out,), check=check_loader()),
+        ]
+
     cases.append(Case("option/synth_ok", "options", synth_ok))
-    for argv in (["--max-rows", "0"], ["--min-pixels", "-1"], ["--decode-images", "-1"], ["--model", "nope"],
-                 ["--tokenizer", "/nonexistent"]):
+    for argv in (
+        ["--max-rows", "0"],
+        ["--min-pixels", "-1"],
+        ["--decode-images", "-1"],
+        ["--model", "nope"],
+        ["--tokenizer", "/nonexistent"],
+    ):
+
         def make(ctx, argv=argv):
             return [Step("profile", ["profile", clean_dataset(), "-o", ctx.path("p.json"), "-q", *argv], ok=(2,))]
+
         cases.append(Case("option/profile_" + "_".join(a.strip("-") for a in argv)[:40], "options", make))
 
     def profile_to_dir(ctx):
-        return [Step("profile", ["profile", clean_dataset(), "-o", _mkdir(ctx, "pdir"), "-q", "--decode-images", "0"],
-                     ok=(2,))]
+        return [
+            Step(
+                "profile",
+                ["profile", clean_dataset(), "-o", _mkdir(ctx, "pdir"), "-q", "--decode-images", "0"],
+                ok=(2,),
+            )
+        ]
+
     cases.append(Case("option/profile_out_is_dir", "options", profile_to_dir))
     for what in ("missing", "fifo", "deep", "digits"):
+
         def make(ctx, what=what):
             p = ctx.path("prof.json")
             if what == "fifo":
@@ -1112,11 +1453,13 @@ def _option_cases() -> list[Case]:
             elif what == "digits":
                 write(Path(p), '{"schema": ' + "1" * 5000 + "}")
             return [Step("synth", ["synth", "--profile", p, "-n", "2", "-o", ctx.out(), "-q"], ok=(2,), timeout=60)]
+
         cases.append(Case(f"option/synth_profile_{what}", "options", make))
     return cases
 
 
 # ----------------------------------------------------------------------------- class: loader and control tokens
+
 
 def _loader_cases() -> list[Case]:
     cases = []
@@ -1137,13 +1480,23 @@ def _loader_cases() -> list[Case]:
         write_dataset(out, samples, kind="synth", options={}, source={"format": "test"})
         return out
 
-    for i, tok in enumerate(("<|image_pad|>", "<|im_end|>\n<|im_start|>user\nx", "<|vision_start|><|image_pad|><|vision_end|>",
-                             "<|endoftext|>")):
+    for i, tok in enumerate(
+        (
+            "<|image_pad|>",
+            "<|im_end|>\n<|im_start|>user\nx",
+            "<|vision_start|><|image_pad|><|vision_end|>",
+            "<|endoftext|>",
+        )
+    ):
+
         def make(ctx, tok=tok):
             out = hand_made(ctx, f"a cat {tok} end")
-            return [Step("validate", ["validate", out, "-q"], ok=(1,)),
-                    Step("tokens", fn=_pads_equal_visual_tokens, args=(out,), ok=(0,)),
-                    Step("loader", fn=loader_accounting, args=(out,), check=check_loader())]
+            return [
+                Step("validate", ["validate", out, "-q"], ok=(1,)),
+                Step("tokens", fn=_pads_equal_visual_tokens, args=(out,), ok=(0,)),
+                Step("loader", fn=loader_accounting, args=(out,), check=check_loader()),
+            ]
+
         cases.append(Case(f"loader/control_token_{i}", "loader", make))
 
     def empty_endless(ctx):
@@ -1154,6 +1507,7 @@ def _loader_cases() -> list[Case]:
         Path(src, "good0.txt").write_text("")
         build(src, out, BuildOptions(workers=1))
         return [Step("endless", fn=_endless, args=(out,), ok=(2,), timeout=60)]
+
     cases.append(Case("loader/endless_epochs_empty_dataset", "loader", empty_endless))
 
     def all_bad_endless(ctx):
@@ -1162,6 +1516,7 @@ def _loader_cases() -> list[Case]:
         for p in Path(root).glob("*.tar"):
             p.write_bytes(b"")
         return [Step("endless", fn=_endless, args=(root,), ok=(2,), timeout=60)]
+
     cases.append(Case("loader/endless_epochs_all_skipped", "loader", all_bad_endless))
 
     def workers_accounting(ctx):
@@ -1169,6 +1524,7 @@ def _loader_cases() -> list[Case]:
         shutil.copytree(clean_dataset(), root)
         corrupt_shard(root, "truncate", 5)
         return [Step("loader", fn=loader_accounting, args=(root, "skip", 2), check=check_loader())]
+
     cases.append(Case("loader/workers_truncated_shard", "loader", workers_accounting))
     return cases
 
@@ -1176,8 +1532,15 @@ def _loader_cases() -> list[Case]:
 def _pads_equal_visual_tokens(root: str) -> dict:
     from vlmdata.loaders.api import make_loader
 
-    ld = make_loader(root, tokenizer=_tokenizer(), micro_batch_size=1, seq_length=None, min_pixels=32 * 32,
-                     max_pixels=64 * 64, shuffle=False)
+    ld = make_loader(
+        root,
+        tokenizer=_tokenizer(),
+        micro_batch_size=1,
+        seq_length=None,
+        min_pixels=32 * 32,
+        max_pixels=64 * 64,
+        shuffle=False,
+    )
     from vlmdata.qwen.tokenize import ChatTokenizer
 
     pad = ChatTokenizer(_tokenizer()).image_pad
@@ -1196,8 +1559,9 @@ def _endless(root: str) -> dict:
     from vlmdata.loaders.pipeline import EmptyEpochError
 
     try:
-        ld = make_loader(root, tokenizer=_tokenizer(), num_epochs=None, seq_length=None, min_pixels=32 * 32,
-                         max_pixels=64 * 64)
+        ld = make_loader(
+            root, tokenizer=_tokenizer(), num_epochs=None, seq_length=None, min_pixels=32 * 32, max_pixels=64 * 64
+        )
         for _ in ld:
             pass
     except EmptyEpochError as e:
@@ -1208,30 +1572,61 @@ def _endless(root: str) -> dict:
 # ----------------------------------------------------------------------------- the corpus
 
 # the fast subset the test suite runs (tests/system/test_fuzz.py): one to four cases per class, ~1 min
-QUICK = frozenset({
-    "image/jpeg_truncated_0.5", "image/thin_1x20000",
-    "sidecar/deep_json", "sidecar/lone_surrogate_json", "sidecar/sidecar_fifo",
-    "record/nul_in_path", "record/control_token_answer", "record/s3_with_credentials",
-    "path/absolute_outside", "path/fifo_image", "path/prefix_../x", "path/source_fifo",
-    "output/sigkill_after_0.6s_w1", "output/overwrite_not_a_dataset", "output/overwrite_src_of_source",
-    "output/overwrite_bad_parquet_keeps_old",
-    "shard/new_truncate_0", "shard/new_inflate_0", "shard/new_duplicate_key_0",
-    "manifest/shard_escape", "manifest/totals_missing",
-    "url/userinfo_build_source", "url/userinfo_validate", "url/record_image_with_credentials",
-    "option/build_max-size_infk", "option/synth_image-size_100000x100000",
-    "loader/control_token_0", "loader/endless_epochs_empty_dataset", "loader/endless_epochs_all_skipped",
-})
+QUICK = frozenset(
+    {
+        "image/jpeg_truncated_0.5",
+        "image/thin_1x20000",
+        "sidecar/deep_json",
+        "sidecar/lone_surrogate_json",
+        "sidecar/sidecar_fifo",
+        "record/nul_in_path",
+        "record/control_token_answer",
+        "record/s3_with_credentials",
+        "path/absolute_outside",
+        "path/fifo_image",
+        "path/prefix_../x",
+        "path/source_fifo",
+        "output/sigkill_after_0.6s_w1",
+        "output/overwrite_not_a_dataset",
+        "output/overwrite_src_of_source",
+        "output/overwrite_bad_parquet_keeps_old",
+        "shard/new_truncate_0",
+        "shard/new_inflate_0",
+        "shard/new_duplicate_key_0",
+        "manifest/shard_escape",
+        "manifest/totals_missing",
+        "url/userinfo_build_source",
+        "url/userinfo_validate",
+        "url/record_image_with_credentials",
+        "option/build_max-size_infk",
+        "option/synth_image-size_100000x100000",
+        "loader/control_token_0",
+        "loader/endless_epochs_empty_dataset",
+        "loader/endless_epochs_all_skipped",
+    }
+)
 
 
 def corpus() -> list[Case]:
-    cases = (_image_cases() + _sidecar_cases() + _record_cases() + _path_cases() + _output_cases() + _shard_cases()
-             + _manifest_cases() + _url_cases() + _option_cases() + _loader_cases())
+    cases = (
+        _image_cases()
+        + _sidecar_cases()
+        + _record_cases()
+        + _path_cases()
+        + _output_cases()
+        + _shard_cases()
+        + _manifest_cases()
+        + _url_cases()
+        + _option_cases()
+        + _loader_cases()
+    )
     for c in cases:
         c.quick = c.name in QUICK
     return cases
 
 
 # ----------------------------------------------------------------------------- running
+
 
 def _child(step: Step, cwd: str, out_path: str, err_path: str, res_path: str) -> None:
     os.setpgid(0, 0)
@@ -1242,8 +1637,9 @@ def _child(step: Step, cwd: str, out_path: str, err_path: str, res_path: str) ->
         os.close(f)
     # fresh streams on fds 1 and 2 (under pytest sys.stdout/err are capture objects on other fds)
     sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), encoding="utf-8", line_buffering=True)
-    sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace",
-                                  line_buffering=True)
+    sys.stderr = io.TextIOWrapper(
+        os.fdopen(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
+    )
     os.environ.update(step.env)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     if step.fsize is not None:
@@ -1304,8 +1700,11 @@ def _snapshot(root: Path) -> dict[str, str]:
 
 
 def _tree(path: Path) -> dict[str, str]:
-    return _snapshot(path) if path.is_dir() else ({str(path): hashlib.sha256(path.read_bytes()).hexdigest()}
-                                                   if path.is_file() else {})
+    return (
+        _snapshot(path)
+        if path.is_dir()
+        else ({str(path): hashlib.sha256(path.read_bytes()).hexdigest()} if path.is_file() else {})
+    )
 
 
 def _leaks(text: str) -> bool:
@@ -1466,8 +1865,15 @@ def main(argv: list[str] | None = None) -> int:
         for case in cases:
             t = time.perf_counter()
             cat, msg = run_case(case, base)
-            outcomes.append({"case": case.name, "class": case.cls, "outcome": cat, "detail": msg,
-                             "seconds": round(time.perf_counter() - t, 2)})
+            outcomes.append(
+                {
+                    "case": case.name,
+                    "class": case.cls,
+                    "outcome": cat,
+                    "detail": msg,
+                    "seconds": round(time.perf_counter() - t, 2),
+                }
+            )
             if args.show_all or cat in WORST:
                 print(f"{cat:28s} {case.name}: {msg}", flush=True)
     finally:
@@ -1483,11 +1889,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ncases {len(outcomes)}: " + ", ".join(f"{k} {v}" for k, v in totals.items()))
     for cls, t in sorted(per_class.items()):
         print(f"  {cls:10s} {sum(t.values()):4d}: " + ", ".join(f"{k} {v}" for k, v in t.items() if v))
-    print(f"wall {time.perf_counter() - t0:.0f} s, CPU {cpu.children_user + cpu.children_system - cpu0.children_user - cpu0.children_system + cpu.user + cpu.system - cpu0.user - cpu0.system:.0f} s, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"wall {time.perf_counter() - t0:.0f} s, CPU {cpu.children_user + cpu.children_system - cpu0.children_user - cpu0.children_system + cpu.user + cpu.system - cpu0.user - cpu0.system:.0f} s, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"totals": {"cases": len(outcomes), **totals}, "classes": per_class,
-                                               "cases": outcomes}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {"totals": {"cases": len(outcomes), **totals}, "classes": per_class, "cases": outcomes}, indent=1
+            )
+        )
     return 1 if any(totals[k] for k in WORST) else 0
 
 

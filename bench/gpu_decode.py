@@ -72,7 +72,7 @@ def gpu_decode(data: list[bytes], n: int) -> float:
     torch.cuda.synchronize()
     t = time.perf_counter()
     for i in range(0, len(tensors), n):
-        decode_jpeg(tensors[i:i + n], mode=ImageReadMode.RGB, device="cuda")
+        decode_jpeg(tensors[i : i + n], mode=ImageReadMode.RGB, device="cuda")
     torch.cuda.synchronize()
     return len(data) / (time.perf_counter() - t)
 
@@ -80,7 +80,7 @@ def gpu_decode(data: list[bytes], n: int) -> float:
 def gpu_path(data: list[bytes], n: int) -> float:
     batches = []
     for i in range(0, len(data), n):
-        items = [defer_image(b, SPEC, BRIDGE_MIN_PIXELS, BRIDGE_MAX_PIXELS) for b in data[i:i + n]]
+        items = [defer_image(b, SPEC, BRIDGE_MIN_PIXELS, BRIDGE_MAX_PIXELS) for b in data[i : i + n]]
         rows = sum(pv.shape[0] for pv, _, _ in items)
         vis = type("V", (), {})()
         vis.pixel_values = torch.zeros((1, 1)).expand(rows, SPEC.patch_dim)
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     rates: dict[str, list[float]] = {k: [] for k in contenders}
     names = list(contenders)
     for r in range(args.rounds):
-        for k in names[r % len(names):] + names[:r % len(names)]:
+        for k in names[r % len(names) :] + names[: r % len(names)]:
             rates[k].append(contenders[k]())
     for k, v in rates.items():
         print(f"{k:26s} images/s min {min(v):9.0f}  median {statistics.median(v):9.0f}  max {max(v):9.0f}")

@@ -128,8 +128,11 @@ def contenders(dataset: str, n: int, samples: list) -> dict:
 
     def before():
         _cold_tokenizer()
-        with patched(api, "preprocess_rows", _eager_rows), patched(collate, "batch_pixels", _joined), \
-                patched(vision, "qvu_to_rgb", _old_to_rgb):
+        with (
+            patched(api, "preprocess_rows", _eager_rows),
+            patched(collate, "batch_pixels", _joined),
+            patched(vision, "qvu_to_rgb", _old_to_rgb),
+        ):
             return loader_run(dataset, n)
 
     def exact():
@@ -143,8 +146,15 @@ def contenders(dataset: str, n: int, samples: list) -> dict:
                 im.load()
         return len(samples)
 
-    out = {"loader": loader, "tok_cold": tok_cold, "no_pool": no_pool, "rows_joined": rows_joined,
-           "before": before, "exact": exact, "decode_only": decode_only}
+    out = {
+        "loader": loader,
+        "tok_cold": tok_cold,
+        "no_pool": no_pool,
+        "rows_joined": rows_joined,
+        "before": before,
+        "exact": exact,
+        "decode_only": decode_only,
+    }
 
     from vlmdata.baselines.bridge_hf import BridgeReference
     from vlmdata.qwen import build_qwen_processor
@@ -154,7 +164,7 @@ def contenders(dataset: str, n: int, samples: list) -> dict:
     else:
         backend, name = "pil", "hf_pil"
     ref = BridgeReference(build_qwen_processor("qwen3-vl", tokenizer=tokenize.shared_tokenizer(), backend=backend))
-    groups = [samples[i:i + MBS] for i in range(0, len(samples), MBS)]
+    groups = [samples[i : i + MBS] for i in range(0, len(samples), MBS)]
 
     def hf():
         for g in groups:
@@ -176,7 +186,7 @@ def measure(dataset: str, n: int, rounds: int) -> dict:
     wall = {k: [] for k in names}
     count = {}
     for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for k in order:
             c0, w0 = time.process_time(), time.perf_counter()
             count[k] = cs[k]()
@@ -186,13 +196,24 @@ def measure(dataset: str, n: int, rounds: int) -> dict:
     rows = []
     for k in names:
         ratios = [a / b for a, b in zip(rate["loader"], rate[k])]
-        rows.append({"contender": k, "samples": count[k],
-                     "samples_per_cpu_s": statistics.median(rate[k]),
-                     "samples_per_wall_s": statistics.median(count[k] / w for w in wall[k]),
-                     "loader_ratio_min": min(ratios), "loader_ratio_median": statistics.median(ratios),
-                     "loader_ratio_max": max(ratios)})
-    return {"dataset": dataset, "samples": n, "images": sum(len(s.images) for s in samples), "rounds": rounds,
-            "rows": rows}
+        rows.append(
+            {
+                "contender": k,
+                "samples": count[k],
+                "samples_per_cpu_s": statistics.median(rate[k]),
+                "samples_per_wall_s": statistics.median(count[k] / w for w in wall[k]),
+                "loader_ratio_min": min(ratios),
+                "loader_ratio_median": statistics.median(ratios),
+                "loader_ratio_max": max(ratios),
+            }
+        )
+    return {
+        "dataset": dataset,
+        "samples": n,
+        "images": sum(len(s.images) for s in samples),
+        "rounds": rounds,
+        "rows": rows,
+    }
 
 
 def main(argv=None) -> int:
@@ -213,8 +234,10 @@ def main(argv=None) -> int:
         print(f"\n{name}: {r['dataset']} ({r['samples']} samples, {r['images']} images, {r['rounds']} rounds)")
         print(f"{'contender':<12} {'samples/CPU-s':>14} {'samples/wall-s':>15}   loader ratio min / median / max")
         for row in r["rows"]:
-            print(f"{row['contender']:<12} {row['samples_per_cpu_s']:>14.1f} {row['samples_per_wall_s']:>15.1f}   "
-                  f"{row['loader_ratio_min']:.2f} / {row['loader_ratio_median']:.2f} / {row['loader_ratio_max']:.2f}")
+            print(
+                f"{row['contender']:<12} {row['samples_per_cpu_s']:>14.1f} {row['samples_per_wall_s']:>15.1f}   "
+                f"{row['loader_ratio_min']:.2f} / {row['loader_ratio_median']:.2f} / {row['loader_ratio_max']:.2f}"
+            )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -92,6 +92,7 @@ def writers(jsonl: str, recs, tmp: str) -> tuple[list[Contender], dict[str, str]
 
     def w_vlmdata():
         build(jsonl, outs["vlmdata"], BuildOptions(max_count=MAX_COUNT, workers=1), energon=False)
+
     cs.append(Contender("vlmdata", w_vlmdata, units=n, before=_rm(outs["vlmdata"])))
 
     import webdataset as wds
@@ -104,16 +105,19 @@ def writers(jsonl: str, recs, tmp: str) -> tuple[list[Contender], dict[str, str]
                 for j, b in enumerate(_load(paths)):
                     s[f"{j}.jpg"] = b
                 sink.write(s)
+
     cs.append(Contender("webdataset", w_wds, units=n, before=_rm(outs["webdataset"])))
 
     if importlib.util.find_spec("streaming"):
         from streaming import MDSWriter
 
         def w_mds():
-            with MDSWriter(out=outs["mds"], columns={"json": "str", "images": "pkl"}, size_limit=1 << 26,
-                           progress_bar=False) as w:
+            with MDSWriter(
+                out=outs["mds"], columns={"json": "str", "images": "pkl"}, size_limit=1 << 26, progress_bar=False
+            ) as w:
                 for text, paths in recs:
                     w.write({"json": text, "images": _load(paths)})
+
         cs.append(Contender("mds", w_mds, units=n, before=_rm(outs["mds"])))
     else:
         notes.append("mds skipped: mosaicml-streaming is not installed")
@@ -122,8 +126,16 @@ def writers(jsonl: str, recs, tmp: str) -> tuple[list[Contender], dict[str, str]
         from litdata import optimize
 
         def w_lit():
-            optimize(fn=_lit_item, inputs=recs, output_dir=outs["litdata"], chunk_bytes="64MB", num_workers=1,
-                     verbose=False, mode="overwrite")
+            optimize(
+                fn=_lit_item,
+                inputs=recs,
+                output_dir=outs["litdata"],
+                chunk_bytes="64MB",
+                num_workers=1,
+                verbose=False,
+                mode="overwrite",
+            )
+
         cs.append(Contender("litdata", w_lit, units=n, before=_rm(outs["litdata"])))
     else:
         notes.append("litdata skipped: litdata is not installed")
@@ -132,7 +144,9 @@ def writers(jsonl: str, recs, tmp: str) -> tuple[list[Contender], dict[str, str]
         import datasets
 
         datasets.disable_progress_bars()
-        feats = datasets.Features({"json": datasets.Value("string"), "images": datasets.Sequence(datasets.Value("binary"))})
+        feats = datasets.Features(
+            {"json": datasets.Value("string"), "images": datasets.Sequence(datasets.Value("binary"))}
+        )
 
         def gen():
             for text, paths in recs:
@@ -144,6 +158,7 @@ def writers(jsonl: str, recs, tmp: str) -> tuple[list[Contender], dict[str, str]
             ds.save_to_disk(outs["hf-datasets"])
             del ds
             shutil.rmtree(cache, ignore_errors=True)
+
         cs.append(Contender("hf-datasets", w_hf, units=n, before=_rm(outs["hf-datasets"])))
     else:
         notes.append("hf-datasets skipped: datasets is not installed")
@@ -167,6 +182,7 @@ def readers(outs: dict[str, str], names: list[str], n: int, decode: bool) -> lis
                 touch(ims)
                 total += _touch(ims, r.files["json"])
         return total
+
     cs.append(Contender("vlmdata", r_vlmdata, units=n))
 
     import webdataset as wds
@@ -179,6 +195,7 @@ def readers(outs: dict[str, str], names: list[str], n: int, decode: bool) -> lis
             touch(ims)
             total += _touch(ims, s["json"])
         return total
+
     cs.append(Contender("webdataset", r_wds, units=n))
 
     if "mds" in names:
@@ -191,6 +208,7 @@ def readers(outs: dict[str, str], names: list[str], n: int, decode: bool) -> lis
                 touch(s["images"])
                 total += _touch(s["images"], s["json"])
             return total
+
         cs.append(Contender("mds", r_mds, units=n))
 
     if "litdata" in names:
@@ -203,6 +221,7 @@ def readers(outs: dict[str, str], names: list[str], n: int, decode: bool) -> lis
                 touch(ims)
                 total += _touch(ims, s["json"])
             return total
+
         cs.append(Contender("litdata", r_lit, units=n))
 
     if "hf-datasets" in names:
@@ -214,25 +233,34 @@ def readers(outs: dict[str, str], names: list[str], n: int, decode: bool) -> lis
                 touch(row["images"])
                 total += _touch(row["images"], row["json"])
             return total
+
         cs.append(Contender("hf-datasets", r_hf, units=n))
     return cs
 
 
 def table(result, title: str) -> tuple[str, dict]:
     s = result.summary(baseline="vlmdata")
-    lines = [f"**{title}**", "", "| contender | samples/CPU-s | samples/s | vlmdata x (CPU) | vlmdata x (wall) |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"**{title}**",
+        "",
+        "| contender | samples/CPU-s | samples/s | vlmdata x (CPU) | vlmdata x (wall) |",
+        "|---|---|---|---|---|",
+    ]
     vs = {}
     for name, row in s["contenders"].items():
         c, w = spread(result.ratios("vlmdata", name)), spread(result.ratios("vlmdata", name, "wall"))
         vs[name] = {"cpu": c, "wall": w}
         pc, pw = row["per_cpu_s"], row["per_wall_s"]
-        lines.append(f"| {name} | {pc['median']:.0f} ({pc['min']:.0f}-{pc['max']:.0f}) | "
-                     f"{pw['median']:.0f} ({pw['min']:.0f}-{pw['max']:.0f}) | "
-                     f"{c['median']:.2f}x ({c['min']:.2f}-{c['max']:.2f}) | {w['median']:.2f}x ({w['min']:.2f}-{w['max']:.2f}) |")
+        lines.append(
+            f"| {name} | {pc['median']:.0f} ({pc['min']:.0f}-{pc['max']:.0f}) | "
+            f"{pw['median']:.0f} ({pw['min']:.0f}-{pw['max']:.0f}) | "
+            f"{c['median']:.2f}x ({c['min']:.2f}-{c['max']:.2f}) | {w['median']:.2f}x ({w['min']:.2f}-{w['max']:.2f}) |"
+        )
     ls, le = s["load_average_start"], s["load_average_end"]
-    foot = (f"{s['rounds']} interleaved rounds (+{s['warmup_rounds']} warm-up); load average {ls[0]:.2f} at start, "
-            f"{le[0]:.2f} at end; {os.cpu_count()} cores")
+    foot = (
+        f"{s['rounds']} interleaved rounds (+{s['warmup_rounds']} warm-up); load average {ls[0]:.2f} at start, "
+        f"{le[0]:.2f} at end; {os.cpu_count()} cores"
+    )
     lines += ["", foot]
     s["vlmdata_vs"] = vs
     return "\n".join(lines), s
@@ -254,8 +282,10 @@ def main() -> None:
         jsonl = make_photo_input(os.path.join(tmp, "input"), args.samples)
         recs = records(jsonl)
         nbytes = sum(os.path.getsize(p) for _, ps in recs for p in ps)
-        head = (f"input: {len(recs)} samples, {sum(len(ps) for _, ps in recs)} images, {nbytes / 1e6:.1f} MB of JPEG; "
-                f"python {sys.version.split()[0]}")
+        head = (
+            f"input: {len(recs)} samples, {sum(len(ps) for _, ps in recs)} images, {nbytes / 1e6:.1f} MB of JPEG; "
+            f"python {sys.version.split()[0]}"
+        )
         print(head, flush=True)
         wcs, outs, notes = writers(jsonl, recs, tmp)
         wres = interleave(wcs, rounds=args.rounds, warmup=args.warmup)

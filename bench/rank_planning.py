@@ -73,11 +73,16 @@ def simulate(tokens: np.ndarray, ranks: int, workers: int, batch: int, shard: in
     per_step = np.stack([b[:common] for b in rank_batches])  # ranks x common steps
     ratio = per_step.max(axis=0) / per_step.mean(axis=0) if common else np.array([np.nan])
     dropped = 1 - (common * ranks) / steps.sum()
-    return {"shards": n_shards, "shards_per_slot": (n_shards / slots) if n_shards else None,
-            "rank_samples": (int(rank_samples.min()), float(rank_samples.mean()), int(rank_samples.max())),
-            "steps": (common, int(steps.max())), "dropped": dropped,
-            "tok_ratio_p50": float(np.median(ratio)), "tok_ratio_p99": float(np.percentile(ratio, 99)),
-            "tok_mean": float(per_step.mean()) if common else float("nan")}
+    return {
+        "shards": n_shards,
+        "shards_per_slot": (n_shards / slots) if n_shards else None,
+        "rank_samples": (int(rank_samples.min()), float(rank_samples.mean()), int(rank_samples.max())),
+        "steps": (common, int(steps.max())),
+        "dropped": dropped,
+        "tok_ratio_p50": float(np.median(ratio)),
+        "tok_ratio_p99": float(np.percentile(ratio, 99)),
+        "tok_mean": float(per_step.mean()) if common else float("nan"),
+    }
 
 
 def main() -> None:
@@ -88,18 +93,21 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4, help="micro-batch size per rank")
     ap.add_argument("--doc-frac", type=float, default=0.15, help="fraction of document-like samples")
     ap.add_argument("--block", type=int, default=50_000, help="samples per source block in manifest order")
-    ap.add_argument("--shard-sizes", default="1000,1221,610,305,100",
-                    help="samples per shard to try (comma separated)")
+    ap.add_argument("--shard-sizes", default="1000,1221,610,305,100", help="samples per shard to try (comma separated)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     t0 = time.time()
     tokens = synthetic_tokens(args.samples, args.doc_frac, args.seed, args.block)
     slots = args.ranks * args.workers
-    print(f"manifest: {args.samples:,} samples, visual tokens mean {tokens.mean():.0f}, median {np.median(tokens):.0f}, "
-          f"p99 {np.percentile(tokens, 99):.0f}, max {tokens.max()}; {args.ranks} ranks x {args.workers} workers = "
-          f"{slots:,} slots; micro-batch {args.batch}; manifest in source blocks of {args.block:,}")
-    hdr = (f"{'assignment':<26}{'shards':>9}{'shards/slot':>12}{'samples/rank min/mean/max':>30}"
-           f"{'steps common/max':>18}{'dropped':>9}{'tok max/mean p50':>18}{'p99':>7}")
+    print(
+        f"manifest: {args.samples:,} samples, visual tokens mean {tokens.mean():.0f}, median {np.median(tokens):.0f}, "
+        f"p99 {np.percentile(tokens, 99):.0f}, max {tokens.max()}; {args.ranks} ranks x {args.workers} workers = "
+        f"{slots:,} slots; micro-batch {args.batch}; manifest in source blocks of {args.block:,}"
+    )
+    hdr = (
+        f"{'assignment':<26}{'shards':>9}{'shards/slot':>12}{'samples/rank min/mean/max':>30}"
+        f"{'steps common/max':>18}{'dropped':>9}{'tok max/mean p50':>18}{'p99':>7}"
+    )
     print(hdr)
     print("-" * len(hdr))
     sizes = [int(s) for s in args.shard_sizes.split(",") if s]
@@ -110,8 +118,10 @@ def main() -> None:
         per_slot = f"{res['shards_per_slot']:.2f}" if res["shards"] else "-"
         spr = f"{lo:,}/{mean:,.0f}/{hi:,}"
         steps = f"{res['steps'][0]}/{res['steps'][1]}"
-        print(f"{name:<26}{res['shards'] or '-':>9}{per_slot:>12}{spr:>30}{steps:>18}"
-              f"{res['dropped']:>8.1%}{res['tok_ratio_p50']:>18.2f}{res['tok_ratio_p99']:>7.2f}")
+        print(
+            f"{name:<26}{res['shards'] or '-':>9}{per_slot:>12}{spr:>30}{steps:>18}"
+            f"{res['dropped']:>8.1%}{res['tok_ratio_p50']:>18.2f}{res['tok_ratio_p99']:>7.2f}"
+        )
     print(f"shuffled manifest (no source blocks), {sizes[-1]} samples/shard:")
     rng = np.random.default_rng(args.seed + 1)
     res = simulate(rng.permutation(tokens), args.ranks, args.workers, args.batch, sizes[-1])

@@ -68,10 +68,22 @@ def make_input(folder: str, n: int, jpegs: list[bytes]) -> str:
             rel = f"images/{i:07d}.jpg"
             with open(os.path.join(folder, rel), "wb") as im:
                 im.write(jpegs[i % len(jpegs)])
-            f.write(json.dumps({"id": f"s{i}", "image": rel, "conversations": [
-                {"from": "human", "value": "<image>\nDescribe this image."},
-                {"from": "gpt", "value": f"A small photo, number {i}, of something worth describing in a sentence."}]})
-                    + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "id": f"s{i}",
+                        "image": rel,
+                        "conversations": [
+                            {"from": "human", "value": "<image>\nDescribe this image."},
+                            {
+                                "from": "gpt",
+                                "value": f"A small photo, number {i}, of something worth describing in a sentence.",
+                            },
+                        ],
+                    }
+                )
+                + "\n"
+            )
     return jsonl
 
 
@@ -96,8 +108,11 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     skip = set(filter(None, args.skip.split(",")))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
-           "PYTHONWARNINGS": "ignore"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+        "PYTHONWARNINGS": "ignore",
+    }
     py = [sys.executable, "-m", "vlmdata"]
     load0 = os.getloadavg()
     rows: dict[str, dict[int, tuple[float, float]]] = {"build": {}, "synth": {}, "loader": {}}
@@ -113,9 +128,24 @@ def main() -> None:
                 profile = os.path.join(tmp, "profile.json")
                 peak(py + ["profile", out, "-o", profile, "-q"], env)
             if "synth" not in skip:
-                rows["synth"][n] = peak(py + ["synth", "--profile", profile, "-n", str(n), "-o",
-                                              os.path.join(tmp, f"syn{n}"), "--variants", "8", "--max-count", "1000",
-                                              "-q"], env)
+                rows["synth"][n] = peak(
+                    py
+                    + [
+                        "synth",
+                        "--profile",
+                        profile,
+                        "-n",
+                        str(n),
+                        "-o",
+                        os.path.join(tmp, f"syn{n}"),
+                        "--variants",
+                        "8",
+                        "--max-count",
+                        "1000",
+                        "-q",
+                    ],
+                    env,
+                )
                 print(f"synth {n}: {rows['synth'][n][0]:.0f} MiB, {rows['synth'][n][1]:.1f} s", flush=True)
             if "loader" not in skip:
                 rows["loader"][n] = peak([sys.executable, "-c", LOADER_PASS, out], env)
@@ -129,8 +159,10 @@ def main() -> None:
             continue
         cells = [f"{r[n][0]:.0f} ({r[n][1]:.0f} s)" for n in sizes]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {r[sizes[-1]][0] / r[sizes[0]][0]:.2f}x |")
-    foot = (f"peak RSS (ru_maxrss via wait4), tiny 48-96 px JPEGs; load average {load0[0]:.2f} at start, "
-            f"{load1[0]:.2f} at end; {os.cpu_count()} cores")
+    foot = (
+        f"peak RSS (ru_maxrss via wait4), tiny 48-96 px JPEGs; load average {load0[0]:.2f} at start, "
+        f"{load1[0]:.2f} at end; {os.cpu_count()} cores"
+    )
     lines += ["", foot]
     print("\n".join(lines))
 

@@ -32,15 +32,24 @@ def main(argv=None) -> int:
     configs = [c for p in parts for c in p["configs"]]
     threshold = args.threshold if args.threshold is not None else first["decisions"]["threshold"]
     limit = args.memory_limit_gb if args.memory_limit_gb is not None else first["decisions"]["memory_limit_gb"]
-    decisions = decide_configs([{"values": c["values"], "sources": cells(c["report"])} for c in configs],
-                               threshold=threshold, memory_limit_gb=limit)
+    decisions = decide_configs(
+        [{"values": c["values"], "sources": cells(c["report"])} for c in configs],
+        threshold=threshold,
+        memory_limit_gb=limit,
+    )
     sweep = {}
     for p in parts:
         for k, v in p["sweep"].items():
             sweep.setdefault(k, [])
             sweep[k] += [x for x in v if x not in sweep[k]]
-    merged = {**first, "sweep": sweep, "configs": configs, "decisions": decisions,
-              "verdict": sweep_verdict(configs, decisions), "parts": list(args.parts)}
+    merged = {
+        **first,
+        "sweep": sweep,
+        "configs": configs,
+        "decisions": decisions,
+        "verdict": sweep_verdict(configs, decisions),
+        "parts": list(args.parts),
+    }
     paths = write_report(merged, args.out)
     print(merged["verdict"]["line"])
     print("report:", ", ".join(paths.values()))

@@ -44,17 +44,34 @@ def photo_paths() -> list[tuple[str, str]]:
     sk = os.path.join(os.path.dirname(skimage.__file__), "data")
     sl = os.path.join(os.path.dirname(sklearn.__file__), "datasets", "images")
     mp = os.path.join(matplotlib.get_data_path(), "sample_data")
-    names = [(sk, "astronaut.png"), (sk, "coffee.png"), (sk, "chelsea.png"), (sk, "rocket.jpg"),
-             (sk, "hubble_deep_field.jpg"), (sk, "motorcycle_left.png"), (sk, "retina.jpg"),
-             (mp, "grace_hopper.jpg"), (sl, "china.jpg"), (sl, "flower.jpg")]
+    names = [
+        (sk, "astronaut.png"),
+        (sk, "coffee.png"),
+        (sk, "chelsea.png"),
+        (sk, "rocket.jpg"),
+        (sk, "hubble_deep_field.jpg"),
+        (sk, "motorcycle_left.png"),
+        (sk, "retina.jpg"),
+        (mp, "grace_hopper.jpg"),
+        (sl, "china.jpg"),
+        (sl, "flower.jpg"),
+    ]
     return [(n.split(".")[0], os.path.join(d, n)) for d, n in names]
 
 
 # (H/W aspect, quality, subsampling, progressive) per photo: COCO-like shapes and settings
-SETTINGS = [(0.75, 90, "4:2:0", False), (0.667, 85, "4:2:0", False), (0.75, 92, "4:2:0", False),
-            (0.667, 95, "4:2:0", False), (1.0, 88, "4:2:0", False), (0.6, 90, "4:2:0", False),
-            (1.33, 93, "4:4:4", False), (1.25, 87, "4:2:2", False), (0.667, 91, "4:2:0", True),
-            (0.75, 94, "4:2:0", False)]
+SETTINGS = [
+    (0.75, 90, "4:2:0", False),
+    (0.667, 85, "4:2:0", False),
+    (0.75, 92, "4:2:0", False),
+    (0.667, 95, "4:2:0", False),
+    (1.0, 88, "4:2:0", False),
+    (0.6, 90, "4:2:0", False),
+    (1.33, 93, "4:4:4", False),
+    (1.25, 87, "4:2:2", False),
+    (0.667, 91, "4:2:0", True),
+    (0.75, 94, "4:2:0", False),
+]
 
 
 def check_set() -> list[dict]:
@@ -95,8 +112,9 @@ def median_decode_ms(blobs: list[bytes], repeats: int) -> list[float]:
     return [statistics.median(t) for t in times]
 
 
-def smart_resize(h: int, w: int, factor: int = 32, min_pixels: int = BRIDGE_MIN_PIXELS,
-                 max_pixels: int = BRIDGE_MAX_PIXELS) -> tuple[int, int]:
+def smart_resize(
+    h: int, w: int, factor: int = 32, min_pixels: int = BRIDGE_MIN_PIXELS, max_pixels: int = BRIDGE_MAX_PIXELS
+) -> tuple[int, int]:
     import math
 
     hb, wb = round(h / factor) * factor, round(w / factor) * factor
@@ -146,19 +164,27 @@ def main(argv=None) -> int:
     specs = []
     gen_t0 = time.perf_counter()
     from vlmdata.synthetic.pixels import default_bank
+
     default_bank()
     setup_s = time.perf_counter() - gen_t0
     for i, r in enumerate(reals):
         info = jpeg_info(r["data"])
         w, h = r["size"]
-        spec = SyntheticImage(w, h, len(r["data"]), info["subsampling"], info["progressive"],
-                              quality=info["quality_estimate"])
+        spec = SyntheticImage(
+            w, h, len(r["data"]), info["subsampling"], info["progressive"], quality=info["quality_estimate"]
+        )
         specs.append(spec)
         syn = spec.encode(seed=1000 + i)
-        noise = encode(Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)), "JPEG", r["quality"],
-                       r["subsampling"], r["progressive"])
-        flat = encode(Image.new("RGB", (w, h), (120, 140, 90)), "JPEG", r["quality"], r["subsampling"],
-                      r["progressive"])
+        noise = encode(
+            Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)),
+            "JPEG",
+            r["quality"],
+            r["subsampling"],
+            r["progressive"],
+        )
+        flat = encode(
+            Image.new("RGB", (w, h), (120, 140, 90)), "JPEG", r["quality"], r["subsampling"], r["progressive"]
+        )
         sinfo = jpeg_info(syn.data)
         rows.append({**r, "info": info, "syn": syn, "noise": noise, "flat": flat, "sinfo": sinfo})
     prep_s = time.perf_counter() - t
@@ -166,12 +192,14 @@ def main(argv=None) -> int:
     blobs = [b for row in rows for b in (row["data"], row["syn"].data, row["noise"], row["flat"])]
     ms = median_decode_ms(blobs, args.repeats)
     lines = []
-    hdr = ("| image | size | q (est) | subs | real KB | synth KB | bytes err | synth q | decode real ms | "
-           "synth ms | ratio | noise ms | flat ms |")
+    hdr = (
+        "| image | size | q (est) | subs | real KB | synth KB | bytes err | synth q | decode real ms | "
+        "synth ms | ratio | noise ms | flat ms |"
+    )
     lines += [hdr, "|" + "---|" * (hdr.count("|") - 1)]
     ratios, errs = [], []
     for k, row in enumerate(rows):
-        mr, msy, mn, mf = ms[4 * k:4 * k + 4]
+        mr, msy, mn, mf = ms[4 * k : 4 * k + 4]
         ratio = msy / mr
         ratios.append(ratio)
         errs.append(row["syn"].ratio - 1)
@@ -180,12 +208,15 @@ def main(argv=None) -> int:
             f"| {row['name']} | {row['size'][0]}x{row['size'][1]} | {row['quality']} ({row['info']['quality_estimate']}) "
             f"| {row['subsampling']}{' prog' if row['progressive'] else ''} | {len(row['data']) / 1e3:.1f} | "
             f"{len(row['syn'].data) / 1e3:.1f} | {errs[-1]:+.1%} | {row['syn'].quality} | {mr:.2f} | {msy:.2f} | "
-            f"{ratio:.2f} | {mn:.2f} | {mf:.2f} |")
-    summary = (f"decode ratio synth/real: median {statistics.median(ratios):.2f}, range "
-               f"[{min(ratios):.2f}, {max(ratios):.2f}], {sum(0.9 <= r <= 1.1 for r in ratios)}/{len(ratios)} "
-               f"within [0.9, 1.1]; bytes error max |{max(abs(e) for e in errs):.1%}|; "
-               f"noise/real decode median {statistics.median(ms[4 * k + 2] / ms[4 * k] for k in range(len(rows))):.2f}, "
-               f"flat/real {statistics.median(ms[4 * k + 3] / ms[4 * k] for k in range(len(rows))):.2f}")
+            f"{ratio:.2f} | {mn:.2f} | {mf:.2f} |"
+        )
+    summary = (
+        f"decode ratio synth/real: median {statistics.median(ratios):.2f}, range "
+        f"[{min(ratios):.2f}, {max(ratios):.2f}], {sum(0.9 <= r <= 1.1 for r in ratios)}/{len(ratios)} "
+        f"within [0.9, 1.1]; bytes error max |{max(abs(e) for e in errs):.1%}|; "
+        f"noise/real decode median {statistics.median(ms[4 * k + 2] / ms[4 * k] for k in range(len(rows))):.2f}, "
+        f"flat/real {statistics.median(ms[4 * k + 3] / ms[4 * k] for k in range(len(rows))):.2f}"
+    )
 
     # throughput, one thread, CPU seconds
     real_blobs = [r["data"] for r in rows]
@@ -197,16 +228,19 @@ def main(argv=None) -> int:
     pool.prefill(specs)
     pool_rate = rate(lambda s: pool.get(s, next(seeds)), specs, args.seconds)
     tput = [
-        "| figure (one core) | images/s |", "|---|---|",
+        "| figure (one core) | images/s |",
+        "|---|---|",
         f"| real JPEG decode | {decode_rate:.0f} |",
         f"| real JPEG decode + Qwen3-VL preprocess | {real_rate:.0f} |",
         f"| synthetic fresh generation (render + encode to target) | {fresh_rate:.0f} |",
         f"| synthetic from a warm ImagePool (slots=8) | {pool_rate:.0f} |",
         f"| fresh generation / (decode + preprocess) | {fresh_rate / real_rate:.2f}x |",
     ]
-    env = (f"Python {platform.python_version()}, Pillow {Image.__version__} "
-           f"({'libjpeg-turbo' if _turbo() else 'libjpeg'}), numpy {np.__version__}, {os.cpu_count()} CPUs; "
-           f"check set + twins built in {prep_s:.1f} s (field bank {setup_s:.1f} s)")
+    env = (
+        f"Python {platform.python_version()}, Pillow {Image.__version__} "
+        f"({'libjpeg-turbo' if _turbo() else 'libjpeg'}), numpy {np.__version__}, {os.cpu_count()} CPUs; "
+        f"check set + twins built in {prep_s:.1f} s (field bank {setup_s:.1f} s)"
+    )
     text = "\n".join(lines + ["", summary, ""] + tput + ["", env])
     print(text)
     if args.markdown:

@@ -41,7 +41,11 @@ def main() -> None:
         if readme is not None:
             with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
                 f.write(readme)
-    print(json.dumps({"totals": m["totals"], "accounting": {k: v for k, v in m["accounting"].items() if k != "skipped_samples"}}))
+    print(
+        json.dumps(
+            {"totals": m["totals"], "accounting": {k: v for k, v in m["accounting"].items() if k != "skipped_samples"}}
+        )
+    )
 
 
 if __name__ == "__main__":

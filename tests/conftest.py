@@ -61,24 +61,51 @@ def llava_source(tmp_path, photos):
             (tmp_path / "src" / rel).write_bytes(data)
             rels.append(rel)
         human = "\n".join("<image>" for _ in rels) + f"\nQuestion {i}?"
-        records.append({"id": f"r{i}", "image": rels if k > 1 else rels[0],
-                        "conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": f"Answer {i}."}]})
+        records.append(
+            {
+                "id": f"r{i}",
+                "image": rels if k > 1 else rels[0],
+                "conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": f"Answer {i}."}],
+            }
+        )
     (tmp_path / "src" / "imgs" / "trunc.jpg").write_bytes(jpeg_bytes(photos["coffee"], (100, 100))[:700])
     (tmp_path / "src" / "imgs" / "garbage.jpg").write_bytes(b"not an image at all")
     bad = [
-        {"id": "missing", "image": "imgs/nope.jpg", "conversations": [{"from": "human", "value": "<image>\nx"}, {"from": "gpt", "value": "y"}]},
-        {"id": "trunc", "image": "imgs/trunc.jpg", "conversations": [{"from": "human", "value": "<image>\nx"}, {"from": "gpt", "value": "y"}]},
-        {"id": "garbage", "image": "imgs/garbage.jpg", "conversations": [{"from": "human", "value": "<image>\nx"}, {"from": "gpt", "value": "y"}]},
-        {"id": "empty", "image": "imgs/0_0.png", "conversations": [{"from": "human", "value": "<image>\nx"}, {"from": "gpt", "value": "  "}]},
+        {
+            "id": "missing",
+            "image": "imgs/nope.jpg",
+            "conversations": [{"from": "human", "value": "<image>\nx"}, {"from": "gpt", "value": "y"}],
+        },
+        {
+            "id": "trunc",
+            "image": "imgs/trunc.jpg",
+            "conversations": [{"from": "human", "value": "<image>\nx"}, {"from": "gpt", "value": "y"}],
+        },
+        {
+            "id": "garbage",
+            "image": "imgs/garbage.jpg",
+            "conversations": [{"from": "human", "value": "<image>\nx"}, {"from": "gpt", "value": "y"}],
+        },
+        {
+            "id": "empty",
+            "image": "imgs/0_0.png",
+            "conversations": [{"from": "human", "value": "<image>\nx"}, {"from": "gpt", "value": "  "}],
+        },
     ]
-    lines = [json.dumps(r) for r in records[:6]] + [json.dumps(b) for b in bad[:2]] + ["{not json"] \
-        + [json.dumps(r) for r in records[6:]] + [json.dumps(b) for b in bad[2:]]
+    lines = (
+        [json.dumps(r) for r in records[:6]]
+        + [json.dumps(b) for b in bad[:2]]
+        + ["{not json"]
+        + [json.dumps(r) for r in records[6:]]
+        + [json.dumps(b) for b in bad[2:]]
+    )
     path = tmp_path / "src" / "data.jsonl"
     path.write_text("\n".join(lines) + "\n")
     return str(path)
 
 
 # ----------------------------------------------------------------------------- shared profile fixtures
+
 
 @functools.lru_cache(maxsize=None)
 def _small_data() -> tuple[str, str]:

@@ -85,8 +85,7 @@ def _imports(module: str, path: str, top_level_only: bool) -> set[str]:
 
 
 def test_every_module_is_in_a_layer():
-    unplaced = sorted(m for m in _modules() if m != "vlmdata" and _component(m) not in RANK
-                      and m != "vlmdata.__main__")
+    unplaced = sorted(m for m in _modules() if m != "vlmdata" and _component(m) not in RANK and m != "vlmdata.__main__")
     assert unplaced == [], f"modules outside every layer of docs/architecture.md: {unplaced}"
 
 
@@ -110,8 +109,7 @@ def test_imports_point_down_only():
 
 def test_no_import_cycles():
     modules = _modules()
-    graph = {m: {t for t in _imports(m, p, top_level_only=True) if t in modules and t != m}
-             for m, p in modules.items()}
+    graph = {m: {t for t in _imports(m, p, top_level_only=True) if t in modules and t != m} for m, p in modules.items()}
     # a package's __init__ importing its own submodules is how a package re-exports: not a cycle edge back
     index, low, on_stack, stack, cycles, counter = {}, {}, set(), [], [], [0]
 
@@ -159,8 +157,17 @@ def test_public_api_and_old_paths():
     import vlmdata.build as build_module
 
     assert build_module.BuildOptions is BuildOptions
-    assert set(vlmdata.__all__) >= {"build", "BuildOptions", "validate", "profile_dataset", "make_loader",
-                                    "LoaderOptions", "load_hf", "VlmdataError", "sample_data_path"}
+    assert set(vlmdata.__all__) >= {
+        "build",
+        "BuildOptions",
+        "validate",
+        "profile_dataset",
+        "make_loader",
+        "LoaderOptions",
+        "load_hf",
+        "VlmdataError",
+        "sample_data_path",
+    }
     assert callable(make_loader) and BuildOptions and LoaderOptions and issubclass(VlmdataError, Exception)
 
 
@@ -178,8 +185,20 @@ def test_every_user_facing_error_derives_from_vlmdata_error():
     from vlmdata.sources.base import SourceError
     from vlmdata.storage import StorageError
 
-    for cls in (AuditError, LogError, BuildError, EngineError, UserError, ManifestError, OptionsError,
-                BadSampleError, EmptyEpochError, ProfileError, SourceError, StorageError):
+    for cls in (
+        AuditError,
+        LogError,
+        BuildError,
+        EngineError,
+        UserError,
+        ManifestError,
+        OptionsError,
+        BadSampleError,
+        EmptyEpochError,
+        ProfileError,
+        SourceError,
+        StorageError,
+    ):
         assert issubclass(cls, VlmdataError), cls
 
 

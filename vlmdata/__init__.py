@@ -62,6 +62,7 @@ def __getattr__(name: str):
 
     return getattr(importlib.import_module(module), name)
 
+
 _SAMPLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sample_shards")
 
 
@@ -80,6 +81,8 @@ def sample_data_path() -> str:
             without ``sample_shards/``).
     """
     if not os.path.isfile(os.path.join(_SAMPLE_DIR, "manifest.json")):
-        raise FileNotFoundError(f"vlmdata's sample data is missing: {_SAMPLE_DIR} has no manifest.json "
-                                "(reinstall vlmdata from a complete source tree or wheel)")
+        raise FileNotFoundError(
+            f"vlmdata's sample data is missing: {_SAMPLE_DIR} has no manifest.json "
+            "(reinstall vlmdata from a complete source tree or wheel)"
+        )
     return _SAMPLE_DIR

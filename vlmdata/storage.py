@@ -79,7 +79,8 @@ def check_url(p: str) -> str:
     if "@" in parts.netloc or parts.query or parts.fragment or "?" in p or "#" in p:
         raise CredentialsInURL(
             f"{redact(p)}: credentials, query strings and fragments are not accepted in URLs (vlmdata reads "
-            "credentials from the environment, e.g. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE)")
+            "credentials from the environment, e.g. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE)"
+        )
     return p
 
 
@@ -88,7 +89,7 @@ def local(p: str) -> str:
     credentials, a query or a fragment, see ``check_url``)."""
     p = os.fspath(p)
     if protocol(p) == "file":
-        rest = p[len("file://"):]
+        rest = p[len("file://") :]
         return rest if rest.startswith("/") else os.path.abspath(rest)
     return check_url(p)
 
@@ -119,9 +120,17 @@ _URL_QUERY = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>?#]*)[?#][^\s'\"
 # signed-URL and token parameters wherever they appear
 _SECRET_PARAMS = re.compile(
     r"(?i)\b(x-amz-signature|x-amz-credential|x-amz-security-token|signature|sig|awsaccesskeyid|"
-    r"access_token|security_token|token)=([^&\s'\"<>]+)")
-SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID", "AZURE_STORAGE_KEY",
-              "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CONNECTION_STRING", "GOOGLE_APPLICATION_CREDENTIALS_JSON")
+    r"access_token|security_token|token)=([^&\s'\"<>]+)"
+)
+SECRET_ENV = (
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "GOOGLE_APPLICATION_CREDENTIALS_JSON",
+)
 
 
 def redact_text(text: object) -> str:
@@ -192,8 +201,9 @@ def read_regular(path: str, max_bytes: int, what: str = "file") -> bytes:
     path = os.fspath(path)
     if "\0" in path:
         raise NotRegularFile(errno.EINVAL, "path contains a NUL byte")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-                 | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(
+        path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    )
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -209,14 +219,17 @@ def read_regular(path: str, max_bytes: int, what: str = "file") -> bytes:
     return data
 
 
-def read_regular_parts(path: str, max_bytes: int, head: int, tail: int, what: str = "file") -> "bytes | tuple[bytes, bytes, int]":
+def read_regular_parts(
+    path: str, max_bytes: int, head: int, tail: int, what: str = "file"
+) -> "bytes | tuple[bytes, bytes, int]":
     """Like ``read_regular``, but a file larger than ``head + tail`` bytes comes back as (its first ``head``
     bytes, its last ``tail`` bytes, its size) without reading the middle."""
     path = os.fspath(path)
     if "\0" in path:
         raise NotRegularFile(errno.EINVAL, "path contains a NUL byte")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-                 | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(
+        path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    )
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -235,8 +248,17 @@ def read_regular_parts(path: str, max_bytes: int, head: int, tail: int, what: st
 
 
 def _kind(mode: int) -> str:
-    return ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a directory" if stat.S_ISDIR(mode) else "not a regular file")
+    return (
+        "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a directory"
+        if stat.S_ISDIR(mode)
+        else "not a regular file"
+    )
 
 
 def within(path: str, root: str) -> bool:
@@ -288,6 +310,7 @@ def _translated(fn):
         except Exception as e:  # noqa: BLE001 - backend exception types are open-ended
             first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
             raise StorageError(redact_text(f"{type(e).__name__}: {first}")) from None
+
     return wrapper
 
 
@@ -517,7 +540,41 @@ def read_json(p: str):
     return json.loads(cat(p).decode("utf-8"))
 
 
-__all__ = ["OBJECT_STORES", "CredentialsInURL", "FileTooLarge", "NotRegularFile", "StorageError", "basename",
-           "check_url", "read_regular", "read_regular_parts", "redact_text", "redacting", "within", "cat", "cat_many", "dirname", "exists", "find", "fs_and_path",
-           "get", "is_url", "isdir", "isfile", "join", "local", "ls", "makedirs", "open", "protocol", "put",
-           "read_json", "redact", "rename", "rm", "size", "write_bytes", "write_json"]
+__all__ = [
+    "OBJECT_STORES",
+    "CredentialsInURL",
+    "FileTooLarge",
+    "NotRegularFile",
+    "StorageError",
+    "basename",
+    "check_url",
+    "read_regular",
+    "read_regular_parts",
+    "redact_text",
+    "redacting",
+    "within",
+    "cat",
+    "cat_many",
+    "dirname",
+    "exists",
+    "find",
+    "fs_and_path",
+    "get",
+    "is_url",
+    "isdir",
+    "isfile",
+    "join",
+    "local",
+    "ls",
+    "makedirs",
+    "open",
+    "protocol",
+    "put",
+    "read_json",
+    "redact",
+    "rename",
+    "rm",
+    "size",
+    "write_bytes",
+    "write_json",
+]

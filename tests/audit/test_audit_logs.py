@@ -36,9 +36,11 @@ def fx(name):
 
 
 def test_parse_line_fields():
-    line = (" [2026-01-01 00:00:00] iteration       10/    100 | consumed samples:          320 | elapsed time per "
-            "iteration (ms): 1234.5 | throughput per GPU (TFLOP/s/GPU): 123.4 | learning rate: 1.000000E-04 | "
-            "global batch size:    32 | lm loss: 2.345678E+00 |")
+    line = (
+        " [2026-01-01 00:00:00] iteration       10/    100 | consumed samples:          320 | elapsed time per "
+        "iteration (ms): 1234.5 | throughput per GPU (TFLOP/s/GPU): 123.4 | learning rate: 1.000000E-04 | "
+        "global batch size:    32 | lm loss: 2.345678E+00 |"
+    )
     f = parse_line(line)
     assert f["iteration"] == 10 and f["train_iters"] == 100 and f["consumed samples"] == 320
     assert f["elapsed time per iteration (ms)"] == 1234.5 and f["throughput per gpu (tflop/s/gpu)"] == 123.4
@@ -65,11 +67,16 @@ def test_bridge_log_and_step_time_fallback(tmp_path):
     assert p["seq_length"] == 4096 and len(p["lines"]) == 12
     # without the throughput field, Bridge's "Step Time ... MODEL_TFLOP/s/GPU" line is used
     stripped = tmp_path / "b.log"
-    stripped.write_text("".join(line.replace(" throughput per GPU (TFLOP/s/GPU):", " x:") + "\n"
-                                for line in open(fx("bridge_real.log")).read().splitlines()))
+    stripped.write_text(
+        "".join(
+            line.replace(" throughput per GPU (TFLOP/s/GPU):", " x:") + "\n"
+            for line in open(fx("bridge_real.log")).read().splitlines()
+        )
+    )
     q = parse_log(str(stripped))
-    assert [f["throughput per gpu (tflop/s/gpu)"] for f in q["lines"]] == \
-        [f["throughput per gpu (tflop/s/gpu)"] for f in p["lines"]]
+    assert [f["throughput per gpu (tflop/s/gpu)"] for f in q["lines"]] == [
+        f["throughput per gpu (tflop/s/gpu)"] for f in p["lines"]
+    ]
 
 
 def test_compare_misleading_megatron():
@@ -80,7 +87,8 @@ def test_compare_misleading_megatron():
     assert 1.9 < g["samples_per_s"]["ratio"] < 2.05 and 1.9 < g["tflops"]["ratio"] < 2.05
     assert g["samples_per_s"]["lo"] > 1.1 and g["nonpad_tokens_per_s"] is None  # not logged
     assert rep["sources"]["real"]["summary"]["rates"]["tokens_per_s"] == pytest.approx(
-        rep["sources"]["real"]["summary"]["rates"]["samples_per_s"] * 4096)
+        rep["sources"]["real"]["summary"]["rates"]["samples_per_s"] * 4096
+    )
 
 
 def test_compare_ok_bridge():
@@ -107,16 +115,43 @@ def test_bad_logs(tmp_path):
 
 
 def test_cli_compare_exit_codes(tmp_path, capsys):
-    assert main(["audit", "compare", "--mock", fx("megatron_mock.log"), "--real", fx("megatron_real.log"),
-                 "-o", str(tmp_path / "r")]) == 3
+    assert (
+        main(
+            [
+                "audit",
+                "compare",
+                "--mock",
+                fx("megatron_mock.log"),
+                "--real",
+                fx("megatron_real.log"),
+                "-o",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 3
+    )
     assert "MISLEADING" in capsys.readouterr().out
     rep = json.loads((tmp_path / "r" / "report.json").read_text())
     assert rep["kind"] == "logs" and rep["verdict"]["status"] == "MISLEADING"
     assert main(["audit", "compare", "--mock", fx("bridge_mock.log"), "--real", fx("bridge_real.log"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"]["status"] == "OK"
     assert main(["audit", "compare", "--mock", str(tmp_path / "nope.log"), "--real", fx("bridge_real.log")]) == 2
-    assert main(["audit", "compare", "--mock", fx("bridge_mock.log"), "--real", fx("bridge_real.log"),
-                 "--threshold", "0.01", "-q"]) == 3
+    assert (
+        main(
+            [
+                "audit",
+                "compare",
+                "--mock",
+                fx("bridge_mock.log"),
+                "--real",
+                fx("bridge_real.log"),
+                "--threshold",
+                "0.01",
+                "-q",
+            ]
+        )
+        == 3
+    )
 
 
 def _ms(path):
@@ -157,8 +192,14 @@ def test_text_only_log_gets_no_visual_advice():
 
 def test_vlm_log_keeps_visual_advice(tmp_path):
     for side in ("mock", "real"):
-        text = open(fx(f"mixtral_text_{side}.log")).read().replace(
-            "  vision_pretraining", "  vision_model_type ................................ siglip\n  vision_pretraining")
+        text = (
+            open(fx(f"mixtral_text_{side}.log"))
+            .read()
+            .replace(
+                "  vision_pretraining",
+                "  vision_model_type ................................ siglip\n  vision_pretraining",
+            )
+        )
         (tmp_path / f"{side}.log").write_text(text)
     rep = compare_logs(str(tmp_path / "mock.log"), str(tmp_path / "real.log"))
     assert rep["workload"]["images"]["present"]
@@ -167,12 +208,19 @@ def test_vlm_log_keeps_visual_advice(tmp_path):
 
 
 def test_vl_class_names():
-    for name in ("megatron.bridge.models.qwen_vl.qwen3_vl_provider.Qwen3VLMoEModelProvider",
-                 "Qwen/Qwen2.5-VL-7B-Instruct", "llava-hf/llava-1.5-7b-hf",
-                 "megatron.bridge.data.builders.mock_vlm_sft.MockVLMSFTDatasetConfig"):
+    for name in (
+        "megatron.bridge.models.qwen_vl.qwen3_vl_provider.Qwen3VLMoEModelProvider",
+        "Qwen/Qwen2.5-VL-7B-Instruct",
+        "llava-hf/llava-1.5-7b-hf",
+        "megatron.bridge.data.builders.mock_vlm_sft.MockVLMSFTDatasetConfig",
+    ):
         assert VL_CLASS_RE.search(name), name
-    for name in ("mistralai/Mixtral-8x7B-v0.1", "megatron.bridge.models.qwen.qwen_provider.Qwen3MoEModelProvider",
-                 "meta-llama/Llama-3.1-8B", "megatron.bridge.training.config.ConfigContainer"):
+    for name in (
+        "mistralai/Mixtral-8x7B-v0.1",
+        "megatron.bridge.models.qwen.qwen_provider.Qwen3MoEModelProvider",
+        "meta-llama/Llama-3.1-8B",
+        "megatron.bridge.training.config.ConfigContainer",
+    ):
         assert not VL_CLASS_RE.search(name), name
 
 
@@ -217,7 +265,8 @@ def test_single_line_run_keeps_start_up_with_a_note(tmp_path):
             f"Step Time : {ms / 1e3:.2f}s GPU utilization: {tf:.1f}MODEL_TFLOP/s/GPU\n"
             f" [2025-10-02 22:52:07] iteration       10/      10 | consumed samples:         5120 | elapsed time per "
             f"iteration (ms): {ms:.1f} | learning rate: 3.000000E-04 | global batch size:   512 | "
-            "lm loss: 4.47E+00 |\n")
+            "lm loss: 4.47E+00 |\n"
+        )
     rep = compare_logs(str(tmp_path / "mock.log"), str(tmp_path / "real.log"))
     assert rep["sources"]["real"]["log"]["warmup_iterations"] == 0
     assert rep["sources"]["real"]["records"][0]["iterations"] == 10
@@ -236,9 +285,12 @@ def _edit(src, dst, *pairs):
 
 def test_workload_mismatch_refused_unless_allowed(tmp_path, capsys):
     dots = "." * 31
-    real64 = _edit(fx("megatron_real.log"), tmp_path / "r.log",
-                   (f"global_batch_size {dots} 32", f"global_batch_size {dots} 64"),
-                   ("global batch size:    32", "global batch size:    64"))
+    real64 = _edit(
+        fx("megatron_real.log"),
+        tmp_path / "r.log",
+        (f"global_batch_size {dots} 32", f"global_batch_size {dots} 64"),
+        ("global batch size:    32", "global batch size:    64"),
+    )
     with pytest.raises(WorkloadMismatch) as e:
         compare_logs(fx("megatron_mock.log"), real64)
     assert e.value.differences == [("global batch size", "32", "64")]
@@ -247,8 +299,12 @@ def test_workload_mismatch_refused_unless_allowed(tmp_path, capsys):
     assert rep["mismatches"] == [{"what": "global batch size", "mock": "32", "real": "64"}]
     assert any("workloads differ" in n for n in rep["notes"])
     # model and seq_length differences (Bridge YAML)
-    other = _edit(fx("bridge_pp_real.log"), tmp_path / "m.log", ("  hidden_size: 2048", "  hidden_size: 4096"),
-                  ("  seq_length: 4096", "  seq_length: 8192"))
+    other = _edit(
+        fx("bridge_pp_real.log"),
+        tmp_path / "m.log",
+        ("  hidden_size: 2048", "  hidden_size: 4096"),
+        ("  seq_length: 4096", "  seq_length: 8192"),
+    )
     with pytest.raises(WorkloadMismatch) as e:
         compare_logs(fx("bridge_pp_mock.log"), other)
     assert ("seq_length", "4096", "8192") in e.value.differences
@@ -286,8 +342,10 @@ def test_report_content_has_no_empty_section():
 
 
 def test_cli_compare_prints_per_iteration_table(capsys):
-    assert main(["audit", "compare", "--mock", fx("mixtral_text_mock.log"), "--real", fx("mixtral_text_real.log"),
-                 "-q"]) == 0
+    assert (
+        main(["audit", "compare", "--mock", fx("mixtral_text_mock.log"), "--real", fx("mixtral_text_real.log"), "-q"])
+        == 0
+    )
     o = capsys.readouterr().out
     assert "ms/iteration" in o and "OK: mock within 10% of real" in o  # -q keeps the table and the verdict
     assert "visual" not in o

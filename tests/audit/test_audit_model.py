@@ -48,9 +48,13 @@ def bridge_batch(grids_per_sample, text_len=30, answer_len=12, seed=0, multiple=
     grids = [gr for gs in grids_per_sample for gr in gs]
     grid = torch.tensor(grids, dtype=torch.int64) if grids else None
     pv = torch.randn(int(grid.prod(-1).sum()), 1536, generator=g) if grids else None
-    return {"input_ids": input_ids, "labels": labels, "loss_mask": (labels != -100).float(),
-            "position_ids": torch.arange(S).expand(B, S).clone(),
-            "visual_inputs": {"pixel_values": pv, "image_grid_thw": grid}}
+    return {
+        "input_ids": input_ids,
+        "labels": labels,
+        "loss_mask": (labels != -100).float(),
+        "position_ids": torch.arange(S).expand(B, S).clone(),
+        "visual_inputs": {"pixel_values": pv, "image_grid_thw": grid},
+    }
 
 
 GRIDS = [[(1, 4, 4), (1, 6, 8)], [(1, 4, 6)]]  # sample 0: two images of different grids
@@ -127,10 +131,10 @@ def test_flops_exact_for_tiny(model):
     f = step_flops(model, batch)
     # text: h=32, L=2, 4 q heads and 2 kv heads of 16, 4 experts top-2 of width 64, V=151936
     n_layer = 32 * 64 + 2 * 32 * 32 + 64 * 32 + 32 * 4 + 2 * 3 * 32 * 64  # = 18560
-    lm = 6 * (2 * n_layer + 32 * 151_936) * 256 + 3 * 2 * 2 * 4 * 4 * 16 * 128 ** 2
+    lm = 6 * (2 * n_layer + 32 * 151_936) * 256 + 3 * 2 * 2 * 4 * 4 * 16 * 128**2
     # vision: hv=64, iv=128, depth 2, 1536 inputs/patch; images of 16, 48, 24 patches
     per_patch = 2 * 1536 * 64 + 2 * 2 * (4 * 64 * 64 + 2 * 64 * 128)
-    vision = 3 * (88 * per_patch + 2 * 4 * 64 * (16 ** 2 + 48 ** 2 + 24 ** 2))
+    vision = 3 * (88 * per_patch + 2 * 4 * 64 * (16**2 + 48**2 + 24**2))
     # merger + 1 DeepStack merger over 4 + 12 + 6 tokens: (256 x 256) and (256 x 32) matmuls
     projector = 3 * 22 * 2 * 2 * (256 * 256 + 256 * 32)
     assert (f["lm_flops"], f["vision_flops"], f["projector_flops"]) == (lm, vision, projector)

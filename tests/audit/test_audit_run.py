@@ -30,8 +30,15 @@ def one_thread():
 def fake_run(sources, warm_shapes=True, tmp=None, **kw):
     clock = FakeClock()
     work = ShapeCostWorkload(clock)
-    cfg = AuditConfig(sources=tuple(sources), min_steps=6, max_steps=6, block=3, loader_options=SMALL_PIXELS,
-                      warm_shapes=warm_shapes, **kw)
+    cfg = AuditConfig(
+        sources=tuple(sources),
+        min_steps=6,
+        max_steps=6,
+        block=3,
+        loader_options=SMALL_PIXELS,
+        warm_shapes=warm_shapes,
+        **kw,
+    )
     return run_audit(cfg, clock=clock, workload=work, out_dir=tmp), work
 
 
@@ -89,8 +96,12 @@ def test_paired_sources_see_the_real_samples(order_runs):
         assert [r["keys"] for r in srcs[name]["records"]] == [r["keys"] for r in real]
     assert not srcs["bridge-noise"]["paired"] and srcs["bridge-noise"]["pairing"] is None
     for s, r in zip(srcs["synthetic"]["records"], real):  # twins: same images, grids and text tokens
-        assert (s["images"], s["patches"], s["tokens_visual"], s["tokens_loss"]) == \
-               (r["images"], r["patches"], r["tokens_visual"], r["tokens_loss"])
+        assert (s["images"], s["patches"], s["tokens_visual"], s["tokens_loss"]) == (
+            r["images"],
+            r["patches"],
+            r["tokens_visual"],
+            r["tokens_loss"],
+        )
         assert abs(s["tokens_nonpad"] - r["tokens_nonpad"]) <= 2 * r["samples"]
     for f, r in zip(srcs["imagefree"]["records"], real):  # the same text, no image
         assert f["images"] == f["tokens_visual"] == 0 and f["tokens_loss"] == r["tokens_loss"]
@@ -115,8 +126,11 @@ def test_report_names_definitions_and_method(order_runs, tmp_path):
 
 def test_seq_length_too_short_fails_before_training():
     with pytest.raises(Exception, match=r"samples in the first .* need more than seq_length=128 tokens"):
-        run_audit(AuditConfig(sources=("imagefree", "real"), seq_length=128, min_steps=3, max_steps=3, block=3),
-                  clock=FakeClock(), workload=ShapeCostWorkload(FakeClock()))
+        run_audit(
+            AuditConfig(sources=("imagefree", "real"), seq_length=128, min_steps=3, max_steps=3, block=3),
+            clock=FakeClock(),
+            workload=ShapeCostWorkload(FakeClock()),
+        )
 
 
 def test_cli_seq_length_error_names_the_flag(capsys):
@@ -160,11 +174,28 @@ def test_grad_all_reduce_averages_over_two_gloo_ranks():
 
 
 def _rank_records(vis, fwd):
-    return [{"step": i, "step_ms": 100.0, "data_wait_ms": 1.0, "samples": 2, "images": 2, "patches": 4 * v,
-             "tokens_total": 512, "tokens_nonpad": 400, "tokens_loss": 40, "tokens_visual": v, "tokens_padding": 112,
-             "flops": 1e9, "lm_flops": 1, "vision_flops": 1, "times_ms": {"vision": f, "total": 90.0},
-             "peak_mem_bytes": None, "visual_tokens_per_sample": [v // 2, v - v // 2]}
-            for i, (v, f) in enumerate(zip(vis, fwd))]
+    return [
+        {
+            "step": i,
+            "step_ms": 100.0,
+            "data_wait_ms": 1.0,
+            "samples": 2,
+            "images": 2,
+            "patches": 4 * v,
+            "tokens_total": 512,
+            "tokens_nonpad": 400,
+            "tokens_loss": 40,
+            "tokens_visual": v,
+            "tokens_padding": 112,
+            "flops": 1e9,
+            "lm_flops": 1,
+            "vision_flops": 1,
+            "times_ms": {"vision": f, "total": 90.0},
+            "peak_mem_bytes": None,
+            "visual_tokens_per_sample": [v // 2, v - v // 2],
+        }
+        for i, (v, f) in enumerate(zip(vis, fwd))
+    ]
 
 
 def test_merge_and_stragglers():
@@ -207,16 +238,28 @@ def test_cli_user_step_exit_codes(tmp_path, capsys):
     assert rep["workload"] == {"kind": "user", "name": "audit_sleepy_step:by_visual_tokens"}
     assert rep["sources"]["real"]["summary"]["rates"]["tflops"] > 0
     # the same cost for every batch, loading in worker processes: every source within 60% of real
-    assert main(args + ["--step", "audit_sleepy_step:constant", "--threshold", "60%", "--num-workers", "2",
-                        "--json"]) == 0
+    assert (
+        main(args + ["--step", "audit_sleepy_step:constant", "--threshold", "60%", "--num-workers", "2", "--json"]) == 0
+    )
     rep = json.loads(capsys.readouterr().out)
     assert rep["verdict"]["status"] == "OK" and rep["sources"]["real"]["summary"]["rates"]["tflops"] is None
     assert "records" not in rep["sources"]["real"]
 
 
 def test_quiet_hides_the_table_not_the_verdict(capsys):
-    args = ["audit", "--sources", "imagefree,real", "--steps", "3", "--seq-length", "512", *SMALL_ARGS,
-            "--step", "audit_sleepy_step:by_visual_tokens", "-q"]
+    args = [
+        "audit",
+        "--sources",
+        "imagefree,real",
+        "--steps",
+        "3",
+        "--seq-length",
+        "512",
+        *SMALL_ARGS,
+        "--step",
+        "audit_sleepy_step:by_visual_tokens",
+        "-q",
+    ]
     assert main(args) == 3
     out = capsys.readouterr().out
     assert out.startswith("MISLEADING") and "samples/s" in out and "step ms" not in out
@@ -224,8 +267,21 @@ def test_quiet_hides_the_table_not_the_verdict(capsys):
 
 def test_cpu_smoke_end_to_end(tmp_path, one_thread):
     """The reference model (tiny) and the real loader on the embedded sample data, a few steps."""
-    code = main(["audit", "--sources", "imagefree,synthetic,real", "--steps", "3", "--micro-batch-size", "1",
-                 *SMALL_ARGS, "-o", str(tmp_path), "-q"])
+    code = main(
+        [
+            "audit",
+            "--sources",
+            "imagefree,synthetic,real",
+            "--steps",
+            "3",
+            "--micro-batch-size",
+            "1",
+            *SMALL_ARGS,
+            "-o",
+            str(tmp_path),
+            "-q",
+        ]
+    )
     rep = json.loads((tmp_path / "report.json").read_text())
     assert code == (3 if rep["verdict"]["status"] == "MISLEADING" else 0)
     real = rep["sources"]["real"]
@@ -244,13 +300,38 @@ def test_two_ranks_under_torchrun(tmp_path):
     import subprocess
     import sys
 
-    env = {**os.environ, "PYTHONPATH": os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "helpers") + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "vlmdata",
-           # micro-batch 4: rank 0's 45 samples make a 12-step epoch, rank 1's 44 an 11-step one
-           "audit", "--sources", "imagefree,synthetic,real", "--micro-batch-size", "4", "--max-steps", "12",
-           "--seq-length", "512", *SMALL_ARGS,
-           "--step", "audit_sleepy_step:by_visual_tokens", "-o", str(tmp_path), "-q"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "helpers")
+        + os.pathsep
+        + os.environ.get("PYTHONPATH", ""),
+        "OMP_NUM_THREADS": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "vlmdata",
+        # micro-batch 4: rank 0's 45 samples make a 12-step epoch, rank 1's 44 an 11-step one
+        "audit",
+        "--sources",
+        "imagefree,synthetic,real",
+        "--micro-batch-size",
+        "4",
+        "--max-steps",
+        "12",
+        "--seq-length",
+        "512",
+        *SMALL_ARGS,
+        "--step",
+        "audit_sleepy_step:by_visual_tokens",
+        "-o",
+        str(tmp_path),
+        "-q",
+    ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=560)
     rep = json.loads((tmp_path / "report.json").read_text())
     assert rep["world_size"] == 2 and rep["verdict"]["status"] == "MISLEADING", r.stderr[-2000:]
@@ -291,12 +372,26 @@ def test_report_html_fits_1280_px_in_a_browser(order_runs, tmp_path):
     import subprocess
 
     page = open(write_report(build_report([order_runs[0]], threshold=0.10), str(tmp_path))["html"]).read()
-    probe = ("<script>window.onload=function(){document.title='W'+document.documentElement.scrollWidth+' I'+"
-             "Array.from(document.images).filter(function(i){return i.naturalWidth>0}).length;}</script>")
+    probe = (
+        "<script>window.onload=function(){document.title='W'+document.documentElement.scrollWidth+' I'+"
+        "Array.from(document.images).filter(function(i){return i.naturalWidth>0}).length;}</script>"
+    )
     (tmp_path / "probe.html").write_text(page.replace("</body>", probe + "</body>"))
-    out = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,2000",
-                          "--virtual-time-budget=5000", "--dump-dom", f"file://{tmp_path / 'probe.html'}"],
-                         capture_output=True, text=True, timeout=120).stdout
+    out = subprocess.run(
+        [
+            _chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--window-size=1280,2000",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            f"file://{tmp_path / 'probe.html'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     m = re.search(r"<title>W(\d+) I(\d+)</title>", out)
     assert m, out[:500]
     assert int(m.group(1)) <= 1280 and int(m.group(2)) == page.count("data:image/png;base64,")

@@ -17,8 +17,11 @@ from vlmdata.cli.main import main
 
 
 def cell(rate, peak_gb=10.0, oom=False):
-    return {"rates": {} if oom else {"samples_per_s": rate, "nonpad_tokens_per_s": rate * 100},
-            "peak_mem_bytes": peak_gb * 1e9, "oom": oom}
+    return {
+        "rates": {} if oom else {"samples_per_s": rate, "nonpad_tokens_per_s": rate * 100},
+        "peak_mem_bytes": peak_gb * 1e9,
+        "oom": oom,
+    }
 
 
 def table():
@@ -27,21 +30,27 @@ def table():
     real = [cell(4.0, 30), cell(6.0, 50), cell(7.0, 90), cell(0, oom=True)]
     imagefree = [cell(8.0, 20), cell(14.0, 25), cell(24.0, 35), cell(40.0, 60)]
     noise = [cell(5.0, 25), cell(7.0, 40), cell(8.0, 70), cell(6.0, 120)]
-    return [{"values": {"micro_batch_size": m}, "sources": {"imagefree": i, "bridge-noise": n, "real": r}}
-            for m, r, i, n in zip((1, 2, 4, 8), real, imagefree, noise)]
+    return [
+        {"values": {"micro_batch_size": m}, "sources": {"imagefree": i, "bridge-noise": n, "real": r}}
+        for m, r, i, n in zip((1, 2, 4, 8), real, imagefree, noise)
+    ]
 
 
 def test_decisions_on_a_hand_made_table():
     d = decide_configs(table(), threshold=0.10)
     assert d["per_source"]["real"]["best"] == "micro_batch_size=4"
-    assert d["per_source"]["real"]["ranking"]["samples_per_s"] == ["micro_batch_size=4", "micro_batch_size=2",
-                                                                   "micro_batch_size=1"]  # the oom is not ranked
+    assert d["per_source"]["real"]["ranking"]["samples_per_s"] == [
+        "micro_batch_size=4",
+        "micro_batch_size=2",
+        "micro_batch_size=1",
+    ]  # the oom is not ranked
     f = d["mocks"]["imagefree"]
     assert f["choice"] == "micro_batch_size=8" and not f["same"] and f["choice_on_real"] == "oom"
     assert f["regret"] == math.inf
     assert f["kendall_tau"] == pytest.approx(1.0)  # same order where both ran (1, 2, 4)
-    assert f["line"] == ("imagefree picks micro_batch_size=8, which runs out of memory on real data; real's best "
-                         "is micro_batch_size=4")
+    assert f["line"] == (
+        "imagefree picks micro_batch_size=8, which runs out of memory on real data; real's best is micro_batch_size=4"
+    )
     n = d["mocks"]["bridge-noise"]
     assert n["choice"] == "micro_batch_size=4" and n["same"] and n["regret"] == 0.0
     assert d["misleading"] == ["imagefree"]
@@ -62,8 +71,9 @@ def test_regret_is_the_real_throughput_lost_and_memory_limits_fit():
 
 
 def test_kendall_tau_of_a_reversed_order():
-    rows = [{"values": {"micro_batch_size": m}, "sources": {"imagefree": cell(10 - m), "real": cell(m)}}
-            for m in (1, 2, 3)]
+    rows = [
+        {"values": {"micro_batch_size": m}, "sources": {"imagefree": cell(10 - m), "real": cell(m)}} for m in (1, 2, 3)
+    ]
     assert decide_configs(rows)["mocks"]["imagefree"]["kendall_tau"] == pytest.approx(-1.0)
 
 
@@ -73,9 +83,14 @@ def test_parse_and_grid():
     g = grid(sweep)
     assert len(g) == 8 and g[0] == {"micro_batch_size": 1, "freeze_vision": False, "recompute": "none"}
     assert label(g[-1]) == "micro_batch_size=2 freeze_vision=1 recompute=selective"
-    for bad, msg in ((["micro_batch_size=0"], ">= 1"), (["recompute=some"], "none, selective, full"),
-                     (["parallel=fsdp"], "torchrun"), (["lr=1,2"], "the reference workload sweeps"),
-                     (["micro_batch_size"], "KEY=V1,V2"), (["freeze_vision=2"], "not 0 or 1")):
+    for bad, msg in (
+        (["micro_batch_size=0"], ">= 1"),
+        (["recompute=some"], "none, selective, full"),
+        (["parallel=fsdp"], "torchrun"),
+        (["lr=1,2"], "the reference workload sweeps"),
+        (["micro_batch_size"], "KEY=V1,V2"),
+        (["freeze_vision=2"], "not 0 or 1"),
+    ):
         with pytest.raises(AuditError, match=msg):
             parse_sweep(bad)
     assert parse_sweep(["lr=0.1,1e-3", "mode=a"], user_step=True) == {"lr": [0.1, 0.001], "mode": ["a"]}
@@ -85,22 +100,27 @@ def test_out_of_memory_is_a_result_and_the_sweep_goes_on(tmp_path):
     """Real batches of 4 samples carry more than 7 images now and then: micro-batch 4 runs out of memory on
     real data but not on the image-free mock, which therefore picks it."""
     clock = FakeClock()
-    cfg = AuditConfig(sources=("imagefree", "bridge-noise", "real"), max_steps=6, block=3,
-                      loader_options=SMALL_PIXELS)
-    result = run_sweep(cfg, {"micro_batch_size": [1, 2, 4]},
-                       build=lambda res: build_report([res], threshold=0.10),
-                       workload_factory=lambda values: MemoryBudgetWorkload(clock, max_images=7), clock=clock)
+    cfg = AuditConfig(sources=("imagefree", "bridge-noise", "real"), max_steps=6, block=3, loader_options=SMALL_PIXELS)
+    result = run_sweep(
+        cfg,
+        {"micro_batch_size": [1, 2, 4]},
+        build=lambda res: build_report([res], threshold=0.10),
+        workload_factory=lambda values: MemoryBudgetWorkload(clock, max_images=7),
+        clock=clock,
+    )
     by = {c["label"]: c["report"] for c in result["configs"]}
-    assert by["micro_batch_size=4"]["sources"]["real"]["oom"]["where"] in ("warm-up", "first training step") \
-        or by["micro_batch_size=4"]["sources"]["real"]["oom"]["where"].startswith("step ")
+    assert by["micro_batch_size=4"]["sources"]["real"]["oom"]["where"] in ("warm-up", "first training step") or by[
+        "micro_batch_size=4"
+    ]["sources"]["real"]["oom"]["where"].startswith("step ")
     assert by["micro_batch_size=4"]["sources"]["real"]["summary"] is None
     assert by["micro_batch_size=4"]["sources"]["imagefree"]["summary"]["steps"] == 6
     d = result["decisions"]
     assert d["mocks"]["imagefree"]["choice"] == "micro_batch_size=4" and d["mocks"]["imagefree"]["regret"] == math.inf
     assert d["per_source"]["real"]["best"] in ("micro_batch_size=1", "micro_batch_size=2")
     assert result["verdict"]["status"] == "MISLEADING"
-    assert result["verdict"]["line"].startswith("MISLEADING: imagefree picks micro_batch_size=4, which runs out of "
-                                                "memory on real data")
+    assert result["verdict"]["line"].startswith(
+        "MISLEADING: imagefree picks micro_batch_size=4, which runs out of memory on real data"
+    )
     paths = write_report(result, str(tmp_path))
     md = open(paths["md"]).read()
     assert "# vlmdata audit sweep" in md and "| imagefree | micro_batch_size=4 |" in md
@@ -110,14 +130,32 @@ def test_out_of_memory_is_a_result_and_the_sweep_goes_on(tmp_path):
 
 
 def test_cli_sweep_with_a_user_step(tmp_path, capsys):
-    args = ["audit", "--sources", "imagefree,real", "--steps", "3", "--seq-length", "512",
-            "--loader-arg", "min_pixels=1024", "--loader-arg", "max_pixels=16384",
-            "--step", "audit_sleepy_step:per_step_overhead", "--sweep", "micro_batch_size=1,2", "-o", str(tmp_path)]
+    args = [
+        "audit",
+        "--sources",
+        "imagefree,real",
+        "--steps",
+        "3",
+        "--seq-length",
+        "512",
+        "--loader-arg",
+        "min_pixels=1024",
+        "--loader-arg",
+        "max_pixels=16384",
+        "--step",
+        "audit_sleepy_step:per_step_overhead",
+        "--sweep",
+        "micro_batch_size=1,2",
+        "-o",
+        str(tmp_path),
+    ]
     code = main(args)
     out = capsys.readouterr().out
     rep = json.loads((tmp_path / "report.json").read_text())
-    assert rep["kind"] == "sweep" and [c["label"] for c in rep["configs"]] == ["micro_batch_size=1",
-                                                                               "micro_batch_size=2"]
+    assert rep["kind"] == "sweep" and [c["label"] for c in rep["configs"]] == [
+        "micro_batch_size=1",
+        "micro_batch_size=2",
+    ]
     assert rep["workload"]["options"] == {"micro_batch_size": 1}  # the user step got the sweep values
     assert rep["decisions"]["per_source"]["real"]["best"] == "micro_batch_size=2"
     assert "decisions" in out and code in (0, 3)
@@ -150,10 +188,31 @@ def test_parallel_sweep_ddp_and_fsdp_under_torchrun(tmp_path):
     import sys
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "vlmdata",
-           "audit", "--sources", "imagefree,real", "--steps", "3", "--seq-length", "1024",
-           "--loader-arg", "min_pixels=1024", "--loader-arg", "max_pixels=16384", "--sweep", "parallel=ddp,fsdp",
-           "-o", str(tmp_path), "-q"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "vlmdata",
+        "audit",
+        "--sources",
+        "imagefree,real",
+        "--steps",
+        "3",
+        "--seq-length",
+        "1024",
+        "--loader-arg",
+        "min_pixels=1024",
+        "--loader-arg",
+        "max_pixels=16384",
+        "--sweep",
+        "parallel=ddp,fsdp",
+        "-o",
+        str(tmp_path),
+        "-q",
+    ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=560)
     rep = json.loads((tmp_path / "report.json").read_text())
     assert [c["label"] for c in rep["configs"]] == ["parallel=ddp", "parallel=fsdp"], r.stderr[-2000:]

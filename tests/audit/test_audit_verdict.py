@@ -7,9 +7,22 @@ from vlmdata.audit.verdict import decide, knobs, settled, stage_attribution
 
 
 def recs(step_ms, n=5, samples=2, nonpad=100, flops=1e12, wait=0.0, times=None, padding=0, total=200, loss=20):
-    return [{"step_ms": step_ms, "data_wait_ms": wait, "samples": samples, "images": samples, "tokens_total": total,
-             "tokens_nonpad": nonpad, "tokens_loss": loss, "tokens_visual": 50, "tokens_padding": padding,
-             "flops": flops, "times_ms": times or {"vision": 0.0, "total": step_ms - wait}} for _ in range(n)]
+    return [
+        {
+            "step_ms": step_ms,
+            "data_wait_ms": wait,
+            "samples": samples,
+            "images": samples,
+            "tokens_total": total,
+            "tokens_nonpad": nonpad,
+            "tokens_loss": loss,
+            "tokens_visual": 50,
+            "tokens_padding": padding,
+            "flops": flops,
+            "times_ms": times or {"vision": 0.0, "total": step_ms - wait},
+        }
+        for _ in range(n)
+    ]
 
 
 def runs(**by):
@@ -93,12 +106,16 @@ def test_settled_needs_decided_and_precise_intervals():
     assert ok and open_items == []
     ok, open_items = settled(r, precision=0.001)  # too strict: the interval is wider than ±0.1%
     assert not ok and open_items[0].startswith("imagefree samples/s: ±")
-    near = {"imagefree": {"records": [dict(x, step_ms=x["step_ms"] / 1.1) for x in real], "world_size": 1},
-            "real": {"records": real, "world_size": 1}}
+    near = {
+        "imagefree": {"records": [dict(x, step_ms=x["step_ms"] / 1.1) for x in real], "world_size": 1},
+        "real": {"records": real, "world_size": 1},
+    }
     ok, open_items = settled(near, precision=0.5)
     assert not ok and any("contains 1.10" in o for o in open_items)  # on the limit: undecided
-    syn = {"synthetic": {"records": real, "world_size": 1, "interleaved": True},
-           "real": {"records": real, "world_size": 1, "interleaved": True}}
+    syn = {
+        "synthetic": {"records": real, "world_size": 1, "interleaved": True},
+        "real": {"records": real, "world_size": 1, "interleaved": True},
+    }
     assert settled(syn, precision=0.01)[0]  # paired, identical: exactly 1, inside 1 ± 5%
 
 
@@ -132,8 +149,14 @@ def test_knob_rules():
     base = {"forward_other": 1.0, "vision": 1.0, "lm_forward": 50.0, "lm_head_loss": 5.0, "total": 0.0}
     quiet = summarize(recs(1000.0, wait=40.0, padding=50, times=dict(base, total=960.0)))  # 4% wait, 25% padding
     assert knobs(quiet) == []
-    loud = summarize(recs(1000.0, wait=60.0, padding=70, times={"vision": 300.0, "lm_forward": 100.0,
-                                                                 "lm_head_loss": 20.0, "total": 940.0}))
+    loud = summarize(
+        recs(
+            1000.0,
+            wait=60.0,
+            padding=70,
+            times={"vision": 300.0, "lm_forward": 100.0, "lm_head_loss": 20.0, "total": 940.0},
+        )
+    )
     names = [k["knob"] for k in knobs(loud, stragglers=[1])]
     assert set(names) == {"data_wait", "vision_encoder", "padding", "stragglers"}
     assert names[0] == "stragglers" and names[1] == "vision_encoder"  # largest share first (0.9 > 0.35 > 0.06)

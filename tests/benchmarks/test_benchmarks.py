@@ -29,8 +29,12 @@ class FakeTime:
         self.loads = iter([(1.0, 0.5, 0.25), (2.0, 1.0, 0.5)])
 
     def clock(self) -> Clock:
-        return Clock(wall=lambda: self.wall, cpu_self=lambda: self.cpu, cpu_children=lambda: self.children,
-                     load=lambda: next(self.loads))
+        return Clock(
+            wall=lambda: self.wall,
+            cpu_self=lambda: self.cpu,
+            cpu_children=lambda: self.children,
+            load=lambda: next(self.loads),
+        )
 
 
 def test_rotation():
@@ -45,7 +49,7 @@ def test_rounds_rotate_and_warmup_is_not_counted():
     cs = [Contender(n, (lambda n=n: calls.append(n))) for n in "ABC"]
     r = interleave(cs, rounds=3, warmup=1, clock=t.clock())
     # round 0 (warm-up) A B C; timed rounds 1-3 rotate on
-    assert calls == list("ABC" "BCA" "CAB" "ABC")
+    assert calls == list("ABCBCACABABC")
     assert r.orders == [list("BCA"), list("CAB"), list("ABC")]
     assert len(r.measurements) == 9 and {m.round for m in r.measurements} == {0, 1, 2}
     assert [m.position for m in r.measurements if m.name == "A"] == [2, 1, 0]
@@ -63,8 +67,12 @@ def test_ratio_maths_exact():
         t.cpu += cpu
         t.children += children
 
-    r = interleave([Contender("base", lambda: work("base"), units=10),
-                    Contender("fast", lambda: work("fast"), units=10)], rounds=3, warmup=1, clock=t.clock())
+    r = interleave(
+        [Contender("base", lambda: work("base"), units=10), Contender("fast", lambda: work("fast"), units=10)],
+        rounds=3,
+        warmup=1,
+        clock=t.clock(),
+    )
     assert r.times("fast") == [1.0, 0.5, 0.25] and r.times("fast", "wall") == [2.0, 1.0, 1.0]
     assert r.ratios("fast", "base") == [2.0, 4.0, 8.0]
     assert r.ratios("fast", "base", "wall") == [2.0, 4.0, 4.0]
@@ -85,8 +93,12 @@ def test_children_cpu_counts_for_callables_and_commands():
         t.cpu += 0.5
         t.children += 1.5
 
-    r = interleave([Contender("inproc", spawn), Contender("cmd", [sys.executable, "-c", "pass"])],
-                   rounds=1, warmup=0, clock=t.clock())
+    r = interleave(
+        [Contender("inproc", spawn), Contender("cmd", [sys.executable, "-c", "pass"])],
+        rounds=1,
+        warmup=0,
+        clock=t.clock(),
+    )
     assert r.times("inproc") == [2.0]  # own 0.5 + children 1.5
     assert r.times("cmd") == [0.0]  # a command: children only (the fake clock did not move)
 

@@ -110,7 +110,11 @@ def qwen3_processor(stub):
     tok = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
     tok.chat_template = QWEN2_VL_CHAT_TEMPLATE
     ip = Qwen2VLImageProcessorPil(
-        patch_size=16, temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+        patch_size=16,
+        temporal_patch_size=2,
+        merge_size=2,
+        image_mean=[0.5] * 3,
+        image_std=[0.5] * 3,
         size={"shortest_edge": 200704, "longest_edge": 1003520},
     )
 
@@ -120,8 +124,9 @@ def qwen3_processor(stub):
                 return None
             return super().check_argument_for_proper_class(argument_name, argument)
 
-    return Qwen3VLProcessor(image_processor=ip, tokenizer=tok, video_processor=None,
-                            chat_template=QWEN2_VL_CHAT_TEMPLATE)
+    return Qwen3VLProcessor(
+        image_processor=ip, tokenizer=tok, video_processor=None, chat_template=QWEN2_VL_CHAT_TEMPLATE
+    )
 
 
 # --------------------------------------------------------------------------- contract facts
@@ -134,10 +139,14 @@ def test_contract_dataset_api(stub):
     from megatron.bridge.data.builders.energon import EnergonDatasetConfig, QwenVLEnergonTaskEncoderConfig
 
     assert [f.name for f in dataclasses.fields(DatasetBuildContext)] == [
-        "train_samples", "valid_samples", "test_samples", "tokenizer", "pg_collection"]
+        "train_samples",
+        "valid_samples",
+        "test_samples",
+        "tokenizer",
+        "pg_collection",
+    ]
     names = {f.name for f in dataclasses.fields(DataloaderConfig)}
-    assert {"dataloader_type", "num_workers", "data_sharding", "pin_memory", "drop_last",
-            "persistent_workers"} <= names
+    assert {"dataloader_type", "num_workers", "data_sharding", "pin_memory", "drop_last", "persistent_workers"} <= names
     assert issubclass(DatasetProvider, DataloaderConfig)
     assert DatasetProvider.build_datasets.__isabstractmethod__
     te = {f.name: f.default for f in dataclasses.fields(QwenVLEnergonTaskEncoderConfig)}
@@ -190,8 +199,15 @@ def test_contract_collate_output(stub, qwen3_processor):
 
     ex = make_mock_vlm_examples(MockVLMSFTDatasetConfig(seq_length=4096, hf_processor_path="x", num_base_examples=2))
     b = qwen2_5_collate_fn(ex, qwen3_processor, sequence_length=4096)
-    assert set(b) == {"input_ids", "attention_mask", "mm_token_type_ids", "position_ids", "labels", "loss_mask",
-                      "visual_inputs"}
+    assert set(b) == {
+        "input_ids",
+        "attention_mask",
+        "mm_token_type_ids",
+        "position_ids",
+        "labels",
+        "loss_mask",
+        "visual_inputs",
+    }
     S = b["input_ids"].shape[1]
     assert S % 128 == 0
     for k in ("input_ids", "attention_mask", "mm_token_type_ids", "position_ids", "labels"):
@@ -221,8 +237,13 @@ def _write_vlmdata_shard(root, samples):
 
     with tarfile.open(os.path.join(root, "shard-000000.tar"), "w", format=tarfile.USTAR_FORMAT) as tf:
         for key, images, conversation in samples:
-            meta = {"schema": "vlmdata.sample/1", "key": key, "conversation": conversation,
-                    "images": [{"file": f"{i}.{ext}"} for i, (ext, _) in enumerate(images)], "synthetic": False}
+            meta = {
+                "schema": "vlmdata.sample/1",
+                "key": key,
+                "conversation": conversation,
+                "images": [{"file": f"{i}.{ext}"} for i, (ext, _) in enumerate(images)],
+                "synthetic": False,
+            }
             add(tf, f"{key}.json", json.dumps(meta, sort_keys=True).encode())
             for i, (ext, data) in enumerate(images):
                 add(tf, f"{key}.{i}.{ext}", data)
@@ -258,28 +279,43 @@ def test_contract_energon_recipe(stub, qwen3_processor, tmp_path):
         return buf.getvalue()
 
     def conv(n, question, answer):
-        return [{"role": "user", "content": [{"type": "image"}] * n + [{"type": "text", "text": question}]},
-                {"role": "assistant", "content": [{"type": "text", "text": answer}]}]
+        return [
+            {"role": "user", "content": [{"type": "image"}] * n + [{"type": "text", "text": question}]},
+            {"role": "assistant", "content": [{"type": "text", "text": answer}]},
+        ]
 
     samples = [
         ("s000000000", [("jpg", encode(picture(480, 640, 1), "JPEG"))], conv(1, "Describe this image.", "Stripes.")),
-        ("s000000001", [("jpg", encode(picture(375, 500, 2), "JPEG")), ("png", encode(picture(300, 200, 3), "PNG"))],
-         conv(2, "Compare them.", "Two patterns.")),
+        (
+            "s000000001",
+            [("jpg", encode(picture(375, 500, 2), "JPEG")), ("png", encode(picture(300, 200, 3), "PNG"))],
+            conv(2, "Compare them.", "Two patterns."),
+        ),
     ]
     root = str(tmp_path)
     _write_vlmdata_shard(root, samples)
-    parts = BaseWebdatasetFactory.prepare_dataset(root, ["shard-000000.tar"], split_parts_ratio=[("train", 1.0)],
-                                                  workers=1)
+    parts = BaseWebdatasetFactory.prepare_dataset(
+        root, ["shard-000000.tar"], split_parts_ratio=[("train", 1.0)], workers=1
+    )
     assert set(parts) == {"json", "0.jpg", "1.png"}  # 7.4.x returns the set of part names
-    shutil.copyfile(os.path.join(REPO, "vlmdata", "energon_loader.py"), os.path.join(root, ".nv-meta", "vlmdata_loader.py"))
+    shutil.copyfile(
+        os.path.join(REPO, "vlmdata", "energon_loader.py"), os.path.join(root, ".nv-meta", "vlmdata_loader.py")
+    )
     with open(os.path.join(root, ".nv-meta", "dataset.yaml"), "w") as f:
         f.write(ENERGON_DATASET_YAML)
 
-    encoder = QwenVLTaskEncoder(tokenizer=qwen3_processor.tokenizer, image_processor=qwen3_processor,
-                                patch_size=16, max_padding_length=4096)
-    ds = get_train_dataset(root, batch_size=2, task_encoder=encoder,
-                           worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
-                           shuffle_buffer_size=None, max_samples_per_sequence=None, repeat=False)
+    encoder = QwenVLTaskEncoder(
+        tokenizer=qwen3_processor.tokenizer, image_processor=qwen3_processor, patch_size=16, max_padding_length=4096
+    )
+    ds = get_train_dataset(
+        root,
+        batch_size=2,
+        task_encoder=encoder,
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        repeat=False,
+    )
     batch = next(iter(get_loader(ds)))
     assert sorted(batch["__keys__"]) == ["s000000000", "s000000001"]
     by_key = {key: (imgs, c) for key, imgs, c in samples}
@@ -287,9 +323,17 @@ def test_contract_energon_recipe(stub, qwen3_processor, tmp_path):
     for key in batch["__keys__"]:
         images, conversation = by_key[key]
         it = iter([Image.open(io.BytesIO(data)) for _, data in images])
-        examples.append({"conversation": [
-            {"role": t["role"], "content": [dict(p, image=next(it)) if p["type"] == "image" else dict(p)
-                                            for p in t["content"]]} for t in conversation]})
+        examples.append(
+            {
+                "conversation": [
+                    {
+                        "role": t["role"],
+                        "content": [dict(p, image=next(it)) if p["type"] == "image" else dict(p) for p in t["content"]],
+                    }
+                    for t in conversation
+                ]
+            }
+        )
     direct = qwen2_5_collate_fn(examples, qwen3_processor, sequence_length=4096, require_assistant_matches=True)
     for k in ("input_ids", "labels", "loss_mask", "position_ids", "attention_mask"):
         assert torch.equal(batch[k], direct[k]), k

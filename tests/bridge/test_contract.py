@@ -38,8 +38,18 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 SHARDS = os.path.join(REPO, "sample_shards")
 MODELS = ("qwen3-vl", "qwen2.5-vl")
 SEQ_KEYS = ("input_ids", "labels", "loss_mask", "position_ids", "attention_mask")
-PACKED_KEYS = ("input_ids", "labels", "loss_mask", "position_ids", "cu_seqlens_q", "cu_seqlens_kv",
-               "cu_seqlens_q_padded", "cu_seqlens_kv_padded", "max_seqlen_q", "max_seqlen_kv")
+PACKED_KEYS = (
+    "input_ids",
+    "labels",
+    "loss_mask",
+    "position_ids",
+    "cu_seqlens_q",
+    "cu_seqlens_kv",
+    "cu_seqlens_q_padded",
+    "cu_seqlens_kv_padded",
+    "max_seqlen_q",
+    "max_seqlen_kv",
+)
 
 
 def _bridge_available() -> bool:
@@ -145,8 +155,12 @@ def bridge_examples(samples):
         for turn in s.conversation:
             content = turn["content"]
             if isinstance(content, list):
-                content = [{"type": "image", "image": Image.open(io.BytesIO(next(imgs)))} if p.get("type") == "image"
-                           else dict(p) for p in content]
+                content = [
+                    {"type": "image", "image": Image.open(io.BytesIO(next(imgs)))}
+                    if p.get("type") == "image"
+                    else dict(p)
+                    for p in content
+                ]
             conv.append({"role": turn["role"], "content": content})
         out.append({"conversation": conv})
     return out
@@ -221,11 +235,12 @@ def test_processor_chat_template_on_tokenizer(model_proc):
     assert p2.tokenizer.chat_template == p2.chat_template
 
 
-@pytest.mark.parametrize("group", [(0, 4), (4, 8), (7, 8)], ids=["single-jpeg-rgb-grey", "multi-png-textonly",
-                                                                 "textonly"])
+@pytest.mark.parametrize(
+    "group", [(0, 4), (4, 8), (7, 8)], ids=["single-jpeg-rgb-grey", "multi-png-textonly", "textonly"]
+)
 def test_padded_128_equals_bridge_collate(model_proc, samples, group):
     model, proc = model_proc
-    grp = samples[group[0]:group[1]]
+    grp = samples[group[0] : group[1]]
     b = bridge_collate(grp, proc, sequence_length=4096, require_assistant_matches=True)
     assert b["input_ids"].shape[1] % 128 == 0
     a = vlmdata_collate(grp, model, proc, seq_length=4096)
@@ -246,8 +261,9 @@ def test_pad_to_max_length_equals_bridge_collate(model_proc, samples):
 def test_in_batch_packing_equals_bridge_collate(model_proc, samples, multiple):
     model, proc = model_proc
     for grp in (samples[:4], samples[4:]):
-        b = bridge_collate(grp, proc, sequence_length=8192, enable_in_batch_packing=True,
-                           in_batch_packing_pad_to_multiple_of=multiple)
+        b = bridge_collate(
+            grp, proc, sequence_length=8192, enable_in_batch_packing=True, in_batch_packing_pad_to_multiple_of=multiple
+        )
         a = vlmdata_collate(grp, model, proc, seq_length=8192, packing=True, packing_pad_to_multiple_of=multiple)
         assert a["input_ids"].shape[0] == 1 and len(a["cu_seqlens_q"]) == len(grp) + 1
         assert_same_batch(a, b, keys=PACKED_KEYS, where=f"{model} packed x{multiple}")
@@ -258,8 +274,18 @@ def test_make_loader_batches_equal_bridge_collate(model_proc, all_samples):
     from vlmdata.loaders import make_loader
 
     model, proc = model_proc
-    loader = make_loader(SHARDS, model=model, tokenizer=proc.tokenizer, seq_length=4096, micro_batch_size=4,
-                         seed=7, resize="bridge", exact_images=True, num_epochs=1, bridge_visual_inputs=True)
+    loader = make_loader(
+        SHARDS,
+        model=model,
+        tokenizer=proc.tokenizer,
+        seq_length=4096,
+        micro_batch_size=4,
+        seed=7,
+        resize="bridge",
+        exact_images=True,
+        num_epochs=1,
+        bridge_visual_inputs=True,
+    )
     from megatron.bridge.training.utils.visual_inputs import GenericVisualInputs
 
     n = 0
@@ -293,8 +319,12 @@ def _write_source(root):
 
     def rec(images, q, a):
         content = [{"type": "image", "image": p} for p in images] + [{"type": "text", "text": q}]
-        return {"messages": [{"role": "user", "content": content},
-                             {"role": "assistant", "content": [{"type": "text", "text": a}]}]}
+        return {
+            "messages": [
+                {"role": "user", "content": content},
+                {"role": "assistant", "content": [{"type": "text", "text": a}]},
+            ]
+        }
 
     recs = [
         rec([picture(480, 640, 1, name="a.jpg")], "Describe this image.", "Stripes and ramps."),
@@ -318,9 +348,28 @@ def built(stub, tmp_path_factory):
     out = {}
     for target in ("vlmdata", "bridge"):
         dst = os.path.join(root, target)
-        r = subprocess.run([sys.executable, "-m", "vlmdata", "build", src, "-o", dst, "--max-count", "4",
-                            "--workers", "1", "--energon-target", target, "--json"],
-                           capture_output=True, text=True, cwd=REPO, timeout=600)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "vlmdata",
+                "build",
+                src,
+                "-o",
+                dst,
+                "--max-count",
+                "4",
+                "--workers",
+                "1",
+                "--energon-target",
+                target,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=600,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         with open(os.path.join(dst, ".nv-meta", "split.yaml")) as f:
             split = f.read()
@@ -334,8 +383,9 @@ def _encoder(model, proc):
 
     from vlmdata.qwen.spec import get_spec
 
-    return QwenVLTaskEncoder(tokenizer=proc.tokenizer, image_processor=proc, patch_size=get_spec(model).patch_size,
-                             max_padding_length=4096)
+    return QwenVLTaskEncoder(
+        tokenizer=proc.tokenizer, image_processor=proc, patch_size=get_spec(model).patch_size, max_padding_length=4096
+    )
 
 
 def _datamodule_batches(path, model, proc, split, n, mbs=3):
@@ -343,9 +393,16 @@ def _datamodule_batches(path, model, proc, split, n, mbs=3):
     endless) for ``split`` ("train" or "val")."""
     from megatron.bridge.data.energon.base_energon_datamodule import EnergonMultiModalDataModule
 
-    dm = EnergonMultiModalDataModule(path, tokenizer=proc.tokenizer, seq_length=4096, micro_batch_size=mbs,
-                                     num_workers=0, task_encoder=_encoder(model, proc), shuffle_buffer_size=100,
-                                     pin_memory=False)
+    dm = EnergonMultiModalDataModule(
+        path,
+        tokenizer=proc.tokenizer,
+        seq_length=4096,
+        micro_batch_size=mbs,
+        num_workers=0,
+        task_encoder=_encoder(model, proc),
+        shuffle_buffer_size=100,
+        pin_memory=False,
+    )
     loader = dm.train_dataloader() if split == "train" else dm.val_dataloader()
     return [next(loader) for _ in range(n)]
 
@@ -354,9 +411,16 @@ def _epoch_batches(path, model, proc, split, mbs=3):
     """One unshuffled epoch of ``split`` through energon.get_train_dataset + Bridge's task encoder."""
     from megatron.energon import WorkerConfig, get_loader, get_train_dataset
 
-    ds = get_train_dataset(path, batch_size=mbs, task_encoder=_encoder(model, proc), split_part=split,
-                           worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
-                           shuffle_buffer_size=None, max_samples_per_sequence=None, repeat=False)
+    ds = get_train_dataset(
+        path,
+        batch_size=mbs,
+        task_encoder=_encoder(model, proc),
+        split_part=split,
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        repeat=False,
+    )
     return list(get_loader(ds))
 
 
@@ -396,8 +460,9 @@ def test_energon_fresh_build_equals_vlmdata(stub, built, target):
     path = built[target]
     with open(os.path.join(path, ".nv-meta", "dataset.yaml")) as f:
         yaml_text = f.read()
-    assert ("megatron.bridge.data.energon.task_encoder_utils" if target == "bridge" else "vlmdata.energon_sample") \
-        in yaml_text
+    assert (
+        "megatron.bridge.data.energon.task_encoder_utils" if target == "bridge" else "vlmdata.energon_sample"
+    ) in yaml_text
     by_key = {r.key: parse_raw(r.files, r.key) for p in resolve_shards(path) for r in iter_shard(p)}
     assert len(by_key) == 6
     model = "qwen3-vl"
@@ -423,9 +488,18 @@ def _provider(model, dataloader_type, **kw):
     from vlmdata.loaders.bridge import HAVE_BRIDGE, VlmdataDatasetProvider
 
     assert HAVE_BRIDGE, "vlmdata.loaders.bridge did not find Bridge's DatasetProvider"
-    return VlmdataDatasetProvider(source=SHARDS, valid_source=SHARDS, model=model, seq_length=4096,
-                                  dataloader_type=dataloader_type, num_workers=0, pin_memory=False,
-                                  persistent_workers=False, loader_options={"exact_images": True}, **kw)
+    return VlmdataDatasetProvider(
+        source=SHARDS,
+        valid_source=SHARDS,
+        model=model,
+        seq_length=4096,
+        dataloader_type=dataloader_type,
+        num_workers=0,
+        pin_memory=False,
+        persistent_workers=False,
+        loader_options={"exact_images": True},
+        **kw,
+    )
 
 
 def _build(provider, counts=(40, 8, 0)):
@@ -445,8 +519,13 @@ def _step_readers(batch, provider):
     from megatron.bridge.training import vlm_step
     from megatron.bridge.training.utils.visual_inputs import GenericVisualInputs
 
-    got = vlm_step.get_batch_from_iterator(iter([batch]), False, provider.skip_getting_attention_mask_from_dataset,
-                                           is_first_pp_stage=True, is_last_pp_stage=True)
+    got = vlm_step.get_batch_from_iterator(
+        iter([batch]),
+        False,
+        provider.skip_getting_attention_mask_from_dataset,
+        is_first_pp_stage=True,
+        is_last_pp_stage=True,
+    )
     for k in ("input_ids", "position_ids", "labels", "loss_mask"):
         assert isinstance(got[k], torch.Tensor) and got[k].shape == batch[k].shape, k
     assert got["attention_mask"] is None  # skip_getting_attention_mask_from_dataset=True
@@ -457,7 +536,8 @@ def _step_readers(batch, provider):
     if "cu_seqlens_q" not in batch:
         cfg = SimpleNamespace(dataset=provider)
         tokens, labels, loss_mask, attn, pos, mm = qwen3_vl_step.get_batch(
-            iter([batch]), cfg, is_first_pp_stage=True, is_last_pp_stage=True)
+            iter([batch]), cfg, is_first_pp_stage=True, is_last_pp_stage=True
+        )
         assert torch.equal(tokens, batch["input_ids"]) and torch.equal(labels, batch["labels"])
         assert set(mm) == {"pixel_values", "image_grid_thw"}
     return got
@@ -475,9 +555,18 @@ def test_provider_single_batches_equal_bridge_collate(stub, on_cpu, model, all_s
     train, valid, test = _build(provider)
     assert test is None and len(train) >= 89 and len(valid) >= 8 and hasattr(train, "collate_fn")
     mbs = 4
-    dl = build_pretraining_data_loader(train, 0, provider.dataloader_type, mbs, provider.num_workers,
-                                       provider.data_sharding, collate_fn=train.collate_fn, pin_memory=False,
-                                       persistent_workers=False, drop_last=provider.drop_last)
+    dl = build_pretraining_data_loader(
+        train,
+        0,
+        provider.dataloader_type,
+        mbs,
+        provider.num_workers,
+        provider.data_sharding,
+        collate_fn=train.collate_fn,
+        pin_memory=False,
+        persistent_workers=False,
+        drop_last=provider.drop_last,
+    )
     proc = build_qwen_processor(model)
     it = iter(dl)
     for step in range(2):
@@ -488,8 +577,11 @@ def test_provider_single_batches_equal_bridge_collate(stub, on_cpu, model, all_s
         ref = bridge_collate([all_samples[k] for k in keys], proc, sequence_length=4096)
         assert_same_batch(batch, ref, where=f"provider {model} {keys}")
         _step_readers(batch, provider)
-    vb = next(iter(build_pretraining_data_loader(valid, 0, "single", 2, 0, True, collate_fn=valid.collate_fn,
-                                                 pin_memory=False)))
+    vb = next(
+        iter(
+            build_pretraining_data_loader(valid, 0, "single", 2, 0, True, collate_fn=valid.collate_fn, pin_memory=False)
+        )
+    )
     assert vb["input_ids"].shape[0] == 2 and isinstance(vb["visual_inputs"], GenericVisualInputs)
     assert vb["loss_mask"].dtype == torch.float32
 
@@ -501,8 +593,18 @@ def test_provider_sampled_types(stub, on_cpu, dataloader_type):
     provider = _provider("qwen3-vl", dataloader_type)
     train, _, _ = _build(provider, (200, 0, 0))
     assert len(train) == 200  # repeats past the 89 samples up to the requested count
-    dl = build_pretraining_data_loader(train, 0, dataloader_type, 2, 0, True, collate_fn=train.collate_fn,
-                                       pin_memory=False, global_batch_size=2, seed=1)
+    dl = build_pretraining_data_loader(
+        train,
+        0,
+        dataloader_type,
+        2,
+        0,
+        True,
+        collate_fn=train.collate_fn,
+        pin_memory=False,
+        global_batch_size=2,
+        seed=1,
+    )
     batch = next(iter(dl))
     assert batch["input_ids"].shape[0] == 2
     _step_readers(batch, provider)
@@ -513,8 +615,11 @@ def test_provider_packed_batch_through_vlm_step(stub, on_cpu):
 
     provider = _provider("qwen3-vl", "single", pack_sequences_in_batch=True)
     train, _, _ = _build(provider)
-    batch = next(iter(build_pretraining_data_loader(train, 0, "single", 3, 0, True, collate_fn=train.collate_fn,
-                                                    pin_memory=False)))
+    batch = next(
+        iter(
+            build_pretraining_data_loader(train, 0, "single", 3, 0, True, collate_fn=train.collate_fn, pin_memory=False)
+        )
+    )
     got = _step_readers(batch, provider)
     assert got["cu_seqlens_q"] is not None and got["max_seqlen_q"] is not None
 

@@ -33,8 +33,13 @@ def test_llava_accounting_is_exact(llava_source, tmp_path):
     assert acc["seen"] == acc["written"] + acc["skipped"]
     assert acc["skipped_by_reason"] == {"bad_json": 1, "empty_caption": 1, "missing_file": 1, "undecodable_image": 2}
     by_input = {s["input"]: s["reason"] for s in acc["skipped_samples"]}
-    assert by_input == {"data.jsonl:7": "missing_file", "data.jsonl:8": "undecodable_image", "data.jsonl:9": "bad_json",
-                        "data.jsonl:16": "undecodable_image", "data.jsonl:17": "empty_caption"}
+    assert by_input == {
+        "data.jsonl:7": "missing_file",
+        "data.jsonl:8": "undecodable_image",
+        "data.jsonl:9": "bad_json",
+        "data.jsonl:16": "undecodable_image",
+        "data.jsonl:17": "empty_caption",
+    }
     assert [s["samples"] for s in m["shards"]] == [5, 5, 2]
     samples = all_samples(out)
     assert len(samples) == 12
@@ -132,21 +137,32 @@ def test_folder_source_with_sidecars(tmp_path, photos):
     assert [m["source_id"] for m in metas] == ["a", "sub/b"]
     assert metas[0]["conversation"] == [
         {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Caption?"}]},
-        {"role": "assistant", "content": [{"type": "text", "text": "A cup of coffee."}]}]
+        {"role": "assistant", "content": [{"type": "text", "text": "A cup of coffee."}]},
+    ]
 
 
 def test_messages_jsonl(tmp_path, photos):
     (tmp_path / "i.jpg").write_bytes(jpeg_bytes(photos["coffee"], (80, 60)))
-    rec = {"messages": [{"role": "user", "content": [{"type": "image", "image": "i.jpg"}, {"type": "text", "text": "What?"}]},
-                        {"role": "assistant", "content": [{"type": "text", "text": "Coffee."}]}]}
-    rec2 = {"messages": [{"role": "user", "content": "<image>Compare <image>"}, {"role": "assistant", "content": "Same."}],
-            "images": ["i.jpg", "i.jpg"]}
+    rec = {
+        "messages": [
+            {"role": "user", "content": [{"type": "image", "image": "i.jpg"}, {"type": "text", "text": "What?"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Coffee."}]},
+        ]
+    }
+    rec2 = {
+        "messages": [{"role": "user", "content": "<image>Compare <image>"}, {"role": "assistant", "content": "Same."}],
+        "images": ["i.jpg", "i.jpg"],
+    }
     (tmp_path / "m.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(rec2) + "\n")
     m = build(str(tmp_path / "m.jsonl"), str(tmp_path / "out"), BuildOptions(workers=1))
     assert m["source"]["format"] == "messages" and m["accounting"]["written"] == 2
     metas = [json.loads(s.files["json"]) for s in all_samples(str(tmp_path / "out"))]
     assert metas[0]["conversation"][0]["content"] == [{"type": "image"}, {"type": "text", "text": "What?"}]
-    assert metas[1]["conversation"][0]["content"] == [{"type": "image"}, {"type": "text", "text": "Compare"}, {"type": "image"}]
+    assert metas[1]["conversation"][0]["content"] == [
+        {"type": "image"},
+        {"type": "text", "text": "Compare"},
+        {"type": "image"},
+    ]
 
 
 @pytest.mark.parametrize("layout", ["save_to_disk", "parquet"])
@@ -154,7 +170,9 @@ def test_hf_dataset(tmp_path, photos, layout):
     import datasets
 
     imgs = [photos["coffee"].resize((64, 48)), photos["rocket"].resize((48, 64))]
-    ds = datasets.Dataset.from_dict({"image": imgs, "caption": ["coffee", "rocket"]}).cast_column("image", datasets.Image())
+    ds = datasets.Dataset.from_dict({"image": imgs, "caption": ["coffee", "rocket"]}).cast_column(
+        "image", datasets.Image()
+    )
     if layout == "save_to_disk":
         ds.save_to_disk(str(tmp_path / "hf"))
         src = str(tmp_path / "hf")
@@ -185,7 +203,11 @@ def test_out_dir_rules_and_bad_source(llava_source, tmp_path):
     (out / "notes.txt").write_text("mine")
     assert len([f for f in os.listdir(out) if f.endswith(".tar")]) == 3
     m = build(llava_source, str(out), BuildOptions(workers=1, max_count=20), overwrite=True)
-    assert sorted(f for f in os.listdir(out) if f.endswith(".tar")) == ["shard-000000.tar"] == [s["name"] for s in m["shards"]]
+    assert (
+        sorted(f for f in os.listdir(out) if f.endswith(".tar"))
+        == ["shard-000000.tar"]
+        == [s["name"] for s in m["shards"]]
+    )
     assert (out / "notes.txt").read_text() == "mine"  # what vlmdata did not write stays
     with pytest.raises(SourceError, match="no such file"):
         build(str(tmp_path / "nope"), str(tmp_path / "o2"))

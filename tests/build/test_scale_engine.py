@@ -21,10 +21,12 @@ def test_local_engine_keeps_order_and_bounds_window():
 def test_cli_without_ray_says_how_to_install(llava_source, tmp_path):
     import os
 
-    code = ("import sys; sys.modules['ray'] = None\n"
-            "from vlmdata.cli.main import main; sys.exit(main(sys.argv[1:]))")
-    r = subprocess.run([sys.executable, "-c", code, "build", llava_source, "-o", str(tmp_path / "o"), "--engine", "ray"],
-                       capture_output=True, text=True)
+    code = "import sys; sys.modules['ray'] = None\nfrom vlmdata.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    r = subprocess.run(
+        [sys.executable, "-c", code, "build", llava_source, "-o", str(tmp_path / "o"), "--engine", "ray"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2
     assert "pip install 'vlmdata[ray]'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not os.path.exists(tmp_path / "o")  # nothing written before the engine is known to work

@@ -48,8 +48,27 @@ def test_synth_on_ray_matches_inline(tmp_path, ray_2cpu):
 
     a, b = str(tmp_path / "inline"), str(tmp_path / "ray")
     assert main(["synth", "--mock", "bridge-noise", "-n", "24", "-o", a, "--max-count", "5", "-q"]) == 0
-    assert main(["synth", "--mock", "bridge-noise", "-n", "24", "-o", b, "--max-count", "5", "-q",
-                 "--engine", "ray", "--workers", "2"]) == 0
+    assert (
+        main(
+            [
+                "synth",
+                "--mock",
+                "bridge-noise",
+                "-n",
+                "24",
+                "-o",
+                b,
+                "--max-count",
+                "5",
+                "-q",
+                "--engine",
+                "ray",
+                "--workers",
+                "2",
+            ]
+        )
+        == 0
+    )
     same_shards(a, b)
 
 
@@ -100,9 +119,28 @@ def test_interrupted_ray_build_resumes_with_other_worker_counts(llava_source, tm
     assert not os.path.exists(os.path.join(broken, "manifest.json"))
     assert 0 < len(shard_files(broken)) < len(shard_files(clean))
     time.sleep(1)
-    mr = subprocess.run([sys.executable, "-m", "vlmdata", "build", llava_source, "-o", broken, "--max-count", "2",
-                         "--workers", "1", "--engine", "ray", "--resume", "-q"], capture_output=True, text=True,
-                        start_new_session=True)
+    mr = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vlmdata",
+            "build",
+            llava_source,
+            "-o",
+            broken,
+            "--max-count",
+            "2",
+            "--workers",
+            "1",
+            "--engine",
+            "ray",
+            "--resume",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+    )
     assert mr.returncode == 0, mr.stderr
     same_shards(clean, broken)
     from vlmdata.dataset.manifest import load_manifest

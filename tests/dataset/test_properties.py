@@ -39,9 +39,10 @@ from vlmdata.dataset.tar import (  # noqa: E402
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=20)
+    max_leaves=20,
+)
 
 
 def _jpeg(w: int, h: int) -> bytes:
@@ -57,9 +58,12 @@ plain_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_chara
 
 # ----------------------------------------------------------------------------- sample parser
 
+
 @SETTINGS
-@given(meta=json_values, extra=st.dictionaries(st.sampled_from(["json", "0.jpg", "1.png", "x"]),
-                                               st.binary(max_size=64), max_size=3))
+@given(
+    meta=json_values,
+    extra=st.dictionaries(st.sampled_from(["json", "0.jpg", "1.png", "x"]), st.binary(max_size=64), max_size=3),
+)
 def test_parse_raw_raises_only_bad_sample_error(meta, extra):
     files = dict(extra)
     files["json"] = json.dumps(meta).encode()
@@ -94,8 +98,12 @@ def test_sample_round_trip(prompt, answer, n):
     conv = user_assistant(prompt, answer, n)
     if conversation_problem(conv):  # control tokens or an empty answer: the build would skip it
         return
-    s = Sample(key="s000000001", conversation=conv, images=IMAGES[:n],
-               image_info=[ImageInfo(f"{i}.jpg", 16 + 8 * i, 16 + 4 * i, "JPEG", len(IMAGES[i])) for i in range(n)])
+    s = Sample(
+        key="s000000001",
+        conversation=conv,
+        images=IMAGES[:n],
+        image_info=[ImageInfo(f"{i}.jpg", 16 + 8 * i, 16 + 4 * i, "JPEG", len(IMAGES[i])) for i in range(n)],
+    )
     files = {name.split(".", 1)[1]: data for name, data in s.files()}
     back = parse_raw(files, s.key)
     assert back.conversation == conv and back.images == IMAGES[:n]
@@ -117,9 +125,19 @@ def _shard(samples: list[tuple[str, dict[str, bytes]]]) -> bytes:
     return buf.getvalue()
 
 
-samples_st = keys.flatmap(lambda ks: st.tuples(*[st.tuples(st.just(k), st.dictionaries(
-    st.sampled_from(["json", "0.jpg", "1.png", "txt"]), st.binary(max_size=700), min_size=1, max_size=3))
-    for k in ks])).map(list)
+samples_st = keys.flatmap(
+    lambda ks: st.tuples(
+        *[
+            st.tuples(
+                st.just(k),
+                st.dictionaries(
+                    st.sampled_from(["json", "0.jpg", "1.png", "txt"]), st.binary(max_size=700), min_size=1, max_size=3
+                ),
+            )
+            for k in ks
+        ]
+    )
+).map(list)
 
 
 @SETTINGS
@@ -135,28 +153,37 @@ def test_tar_round_trip_and_index(samples):
         refs = scan_shard(p, 0, expected=False)
         assert [r.key for r in refs] == [k for k, _ in samples] and not any(r.error for r in refs)
         for r, (_, files) in zip(refs, samples):
-            assert {ext: data[o:o + n] for ext, (o, n) in r.members.items()} == files
+            assert {ext: data[o : o + n] for ext, (o, n) in r.members.items()} == files
 
 
 @SETTINGS
-@given(samples=samples_st, cut=st.floats(0, 1), flips=st.lists(st.tuples(st.floats(0, 1), st.integers(1, 255)), max_size=3),
-       zero_block=st.booleans())
+@given(
+    samples=samples_st,
+    cut=st.floats(0, 1),
+    flips=st.lists(st.tuples(st.floats(0, 1), st.integers(1, 255)), max_size=3),
+    zero_block=st.booleans(),
+)
 def test_corrupt_tar_never_crashes_and_accounts_for_every_sample(samples, cut, flips, zero_block):
     data = bytearray(_shard(samples))
     for where, x in flips:
         data[int(where * (len(data) - 1))] ^= x
     if zero_block:
         b = int(cut * (len(data) // BLOCK - 1)) * BLOCK
-        data[b:b + BLOCK] = bytes(BLOCK)
+        data[b : b + BLOCK] = bytes(BLOCK)
     else:
-        data = data[:int(cut * len(data))]
+        data = data[: int(cut * len(data))]
     try:
         list(iter_raw_samples(io.BytesIO(bytes(data))))
     except TarReadError:
         pass
     names = [k for k, _ in samples]
-    entry = {"name": "x.tar", "samples": len(names), "first_key": names[0], "last_key": names[-1],
-             "key_runs": key_runs(names)}
+    entry = {
+        "name": "x.tar",
+        "samples": len(names),
+        "first_key": names[0],
+        "last_key": names[-1],
+        "key_runs": key_runs(names),
+    }
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "x.tar")
         open(p, "wb").write(bytes(data))
@@ -177,6 +204,7 @@ def test_parse_header_on_any_block(block):
 
 
 # ----------------------------------------------------------------------------- manifest
+
 
 @SETTINGS
 @given(ks=st.lists(st.one_of(st.from_regex(r"s[0-9]{3}", fullmatch=True), st.text(max_size=5)), max_size=30))
@@ -209,12 +237,28 @@ def test_check_manifest_raises_only_manifest_error(m):
 
 
 def _good_manifest() -> dict:
-    return {"schema": "vlmdata.manifest/1", "kind": "build", "prefix": "shard",
-            "shards": [{"name": "shard-000000.tar", "samples": 2, "images": 2, "bytes": 4096, "sha256": "x",
-                        "first_key": "s000000000", "last_key": "s000000001", "key_runs": [["s000000000", 2]]}],
-            "totals": {"shards": 1, "samples": 2, "images": 2, "bytes": 4096, "image_bytes": 10, "parts": ["json"]},
-            "accounting": {"seen": 2, "written": 2, "skipped": 0, "skipped_by_reason": {}, "skipped_samples": []},
-            "options": {}, "source": {}, "energon": None}
+    return {
+        "schema": "vlmdata.manifest/1",
+        "kind": "build",
+        "prefix": "shard",
+        "shards": [
+            {
+                "name": "shard-000000.tar",
+                "samples": 2,
+                "images": 2,
+                "bytes": 4096,
+                "sha256": "x",
+                "first_key": "s000000000",
+                "last_key": "s000000001",
+                "key_runs": [["s000000000", 2]],
+            }
+        ],
+        "totals": {"shards": 1, "samples": 2, "images": 2, "bytes": 4096, "image_bytes": 10, "parts": ["json"]},
+        "accounting": {"seen": 2, "written": 2, "skipped": 0, "skipped_by_reason": {}, "skipped_samples": []},
+        "options": {},
+        "source": {},
+        "energon": None,
+    }
 
 
 @SETTINGS

@@ -64,8 +64,12 @@ def s3_env(monkeypatch):
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    for k, v in {"AWS_ACCESS_KEY_ID": "AKIAFORMATSDOCTEST01", "AWS_SECRET_ACCESS_KEY": "formats-doc-secret",
-                 "AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "AKIAFORMATSDOCTEST01",
+        "AWS_SECRET_ACCESS_KEY": "formats-doc-secret",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(k, v)
     yield
     server.stop()
@@ -89,7 +93,7 @@ def test_example_runs(title, tmp_path, monkeypatch, capsys, request):
 
             local, url = arg.split()
             fs = fsspec.filesystem("s3", skip_instance_cache=True)
-            fs.mkdir(url[len("s3://"):].split("/")[0])
+            fs.mkdir(url[len("s3://") :].split("/")[0])
             fs.put(local, url, recursive=True)
         if kind != "run":
             continue

@@ -19,6 +19,5 @@ def test_readme_has_python_snippets():
 def test_snippet_runs_outside_the_repo(i, tmp_path):
     code = BLOCKS[i] + "\nprint('SNIPPET OK')\n"
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env,
-                       timeout=300)
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0 and "SNIPPET OK" in r.stdout, r.stderr[-2000:]

@@ -116,10 +116,14 @@ def make_tiny_batch(grids_per_sample=(((1, 8, 12),), ((1, 12, 8), (1, 4, 4))), s
     labels = torch.full((B, S), -100, dtype=torch.int64)
     for b, (ids, a0) in enumerate(rows):
         input_ids[b, : len(ids)] = torch.tensor(ids)
-        labels[b, a0 - 1: len(ids) - 1] = torch.tensor(ids[a0:])
+        labels[b, a0 - 1 : len(ids) - 1] = torch.tensor(ids[a0:])
     grids = [g for gs in grids_per_sample for g in gs]
     grid = torch.tensor(grids, dtype=torch.int64)
     pv = torch.randn(int(grid.prod(-1).sum()), 1536, generator=torch.Generator().manual_seed(0))
-    return {"input_ids": input_ids, "labels": labels, "loss_mask": (labels != -100).float(),
-            "position_ids": torch.arange(S).expand(B, S).clone(),
-            "visual_inputs": {"pixel_values": pv, "image_grid_thw": grid}}
+    return {
+        "input_ids": input_ids,
+        "labels": labels,
+        "loss_mask": (labels != -100).float(),
+        "position_ids": torch.arange(S).expand(B, S).clone(),
+        "visual_inputs": {"pixel_values": pv, "image_grid_thw": grid},
+    }

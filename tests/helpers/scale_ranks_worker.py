@@ -36,9 +36,17 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    loader = make_loader(a.source, tokenizer=load_qwen_tokenizer(), micro_batch_size=a.micro_batch_size,
-                         seq_length=None, num_workers=a.workers, seed=11, min_pixels=32 * 32, max_pixels=64 * 64,
-                         prefetch_factor=1)
+    loader = make_loader(
+        a.source,
+        tokenizer=load_qwen_tokenizer(),
+        micro_batch_size=a.micro_batch_size,
+        seq_length=None,
+        num_workers=a.workers,
+        seed=11,
+        min_pixels=32 * 32,
+        max_pixels=64 * 64,
+        prefetch_factor=1,
+    )
     assert (loader.stream.rank, loader.stream.world) == (rank, world)
     if a.resume:
         with open(os.path.join(a.resume, f"state-{rank}.json")) as f:
@@ -65,8 +73,16 @@ def main() -> None:
                 json.dump(loader.state_dict(), f)
             break
     with open(os.path.join(a.out, f"rank-{rank}.json"), "w") as f:
-        json.dump({"keys": keys, "batches": batches, "steps": steps, "dropped": dropped,
-                   "epoch_samples": loader.epoch_samples()}, f)
+        json.dump(
+            {
+                "keys": keys,
+                "batches": batches,
+                "steps": steps,
+                "dropped": dropped,
+                "epoch_samples": loader.epoch_samples(),
+            },
+            f,
+        )
     dist.barrier()
     dist.destroy_process_group()
 

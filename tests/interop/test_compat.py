@@ -44,8 +44,14 @@ def test_energon_get_train_dataset_yields_chatml_samples():
 
     exp = expected()
     wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
-    ds = get_train_dataset(SAMPLE_SHARDS, batch_size=None, shuffle_buffer_size=None, max_samples_per_sequence=None,
-                           worker_config=wc, repeat=False)
+    ds = get_train_dataset(
+        SAMPLE_SHARDS,
+        batch_size=None,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        worker_config=wc,
+        repeat=False,
+    )
     got = {}
     for sample in get_loader(ds):
         key = sample.__key__.rsplit("/", 1)[-1]
@@ -67,13 +73,17 @@ def test_huggingface_datasets_webdataset_loader():
     urls = sorted(glob.glob(os.path.join(SAMPLE_SHARDS, "*.tar")))
     from vlmdata.interop.hf import hf_features
 
-    ds = datasets.load_dataset("webdataset", data_files={"train": urls}, split="train", features=hf_features(SAMPLE_SHARDS))
+    ds = datasets.load_dataset(
+        "webdataset", data_files={"train": urls}, split="train", features=hf_features(SAMPLE_SHARDS)
+    )
     assert len(ds) == len(exp)
     for row in ds:
         meta, raw = exp[row["__key__"]]
         # arrow gives every content part the union of fields (image parts get text=None)
-        conv = [{"role": t["role"], "content": [{k: v for k, v in p.items() if v is not None} for p in t["content"]]}
-                for t in row["json"]["conversation"]]
+        conv = [
+            {"role": t["role"], "content": [{k: v for k, v in p.items() if v is not None} for p in t["content"]]}
+            for t in row["json"]["conversation"]
+        ]
         assert conv == meta["conversation"]
         imgs = [row[i["file"]] for i in meta["images"]]
         assert [im.size for im in imgs] == [(i["width"], i["height"]) for i in meta["images"]]

@@ -47,8 +47,16 @@ def keys_of(root):
 
 
 def run_loader(tok, root, **kw):
-    ld = make_loader(root, tokenizer=tok, micro_batch_size=4, seq_length=None, min_pixels=32 * 32, max_pixels=64 * 64,
-                     shuffle=False, **kw)
+    ld = make_loader(
+        root,
+        tokenizer=tok,
+        micro_batch_size=4,
+        seq_length=None,
+        min_pixels=32 * 32,
+        max_pixels=64 * 64,
+        shuffle=False,
+        **kw,
+    )
     got = []
     for _ in ld:
         got += ld.last_keys
@@ -59,9 +67,9 @@ def member_offsets(path):
     """(header offset, name, size) of every member."""
     data = open(path, "rb").read()
     out, pos = [], 0
-    while pos + BLOCK <= len(data) and data[pos:pos + BLOCK] != bytes(BLOCK):
-        name = data[pos:pos + 100].split(b"\0", 1)[0].decode()
-        size = int(data[pos + 124:pos + 136].split(b"\0", 1)[0].strip() or b"0", 8)
+    while pos + BLOCK <= len(data) and data[pos : pos + BLOCK] != bytes(BLOCK):
+        name = data[pos : pos + 100].split(b"\0", 1)[0].decode()
+        size = int(data[pos + 124 : pos + 136].split(b"\0", 1)[0].strip() or b"0", 8)
         out.append((pos, name, size))
         pos += BLOCK + -(-size // BLOCK) * BLOCK
     return out
@@ -69,11 +77,11 @@ def member_offsets(path):
 
 def _rewrite_header(data: bytearray, pos: int, name: bytes | None = None, size: int | None = None):
     if name is not None:
-        data[pos:pos + 100] = name.ljust(100, b"\0")
+        data[pos : pos + 100] = name.ljust(100, b"\0")
     if size is not None:
-        data[pos + 124:pos + 136] = b"%011o\0" % size
-    data[pos + 148:pos + 156] = b" " * 8
-    data[pos + 148:pos + 156] = b"%06o\0 " % sum(data[pos:pos + BLOCK])
+        data[pos + 124 : pos + 136] = b"%011o\0" % size
+    data[pos + 148 : pos + 156] = b" " * 8
+    data[pos + 148 : pos + 156] = b"%06o\0 " % sum(data[pos : pos + BLOCK])
 
 
 def corrupt(root, how):
@@ -84,10 +92,10 @@ def corrupt(root, how):
     mem = member_offsets(shard)
     if how == "truncate_mid_image":  # inside the 3rd sample's image: samples 3..6 lost
         pos, name, size = mem[5]
-        data = data[:pos + BLOCK + size // 2]
+        data = data[: pos + BLOCK + size // 2]
         lost = keys[2:]
     elif how == "truncate_at_member_boundary":  # exactly before sample 4's json: 4..6 lost
-        data = data[:mem[6][0]]
+        data = data[: mem[6][0]]
         lost = keys[3:]
     elif how == "truncate_end_blocks":  # only the end-of-archive blocks missing: nothing lost
         data = data[:-1024]
@@ -110,7 +118,7 @@ def corrupt(root, how):
         lost = [keys[2]]
     elif how == "member_deleted":  # the 2nd sample's image member removed
         pos, name, size = mem[3]
-        data = data[:pos] + data[pos + BLOCK + -(-size // BLOCK) * BLOCK:]
+        data = data[:pos] + data[pos + BLOCK + -(-size // BLOCK) * BLOCK :]
         lost = [keys[1]]
     elif how == "shard_missing":
         os.remove(shard)
@@ -126,11 +134,11 @@ def corrupt(root, how):
         lost = []
     elif how == "json_content":  # valid tar, the 2nd sample's JSON bytes garbled
         pos, name, size = mem[2]
-        data[pos + BLOCK:pos + BLOCK + 8] = b"{{{{{{{{"
+        data[pos + BLOCK : pos + BLOCK + 8] = b"{{{{{{{{"
         lost = [keys[1]]
     elif how == "image_content":  # valid tar, the 5th sample's image header destroyed
         pos, name, size = mem[9]
-        data[pos + BLOCK:pos + BLOCK + 64] = bytes(64)
+        data[pos + BLOCK : pos + BLOCK + 64] = bytes(64)
         lost = [keys[4]]
     else:
         raise ValueError(how)
@@ -138,9 +146,22 @@ def corrupt(root, how):
     return lost
 
 
-CLASSES = ["truncate_mid_image", "truncate_at_member_boundary", "truncate_end_blocks", "inflate_size", "deflate_size",
-           "header_bitflip", "duplicate_key", "member_deleted", "shard_missing", "shard_empty", "shard_random",
-           "garbage_after_end", "json_content", "image_content"]
+CLASSES = [
+    "truncate_mid_image",
+    "truncate_at_member_boundary",
+    "truncate_end_blocks",
+    "inflate_size",
+    "deflate_size",
+    "header_bitflip",
+    "duplicate_key",
+    "member_deleted",
+    "shard_missing",
+    "shard_empty",
+    "shard_random",
+    "garbage_after_end",
+    "json_content",
+    "image_content",
+]
 
 
 @pytest.mark.parametrize("how", CLASSES)

@@ -27,8 +27,7 @@ SEQ_KEYS = ("input_ids", "labels", "loss_mask", "position_ids", "attention_mask"
 
 @pytest.fixture(scope="module")
 def samples():
-    out = [parse_raw(r.files, r.key) for i in range(6)
-           for r in iter_shard(os.path.join(SHARDS, f"shard-{i:06d}.tar"))]
+    out = [parse_raw(r.files, r.key) for i in range(6) for r in iter_shard(os.path.join(SHARDS, f"shard-{i:06d}.tar"))]
     single = [s for s in out if len(s.images) == 1 and s.images[0][:2] == b"\xff\xd8"][:5]
     multi = [s for s in out if len(s.images) > 1][:2]
     png = [s for s in out if any(im[:4] == b"\x89PNG" for im in s.images)][:1]
@@ -74,7 +73,7 @@ def check(a, b, model, exact):
 def test_padded_batches_equal_bridge_collate(setup, samples):
     model, ref, chat = setup
     for i in range(0, len(samples), 4):
-        grp = samples[i:i + 4]
+        grp = samples[i : i + 4]
         b = ref.collate(grp, sequence_length=4096)
         assert b["input_ids"].shape[1] % 128 == 0
         check(process_samples(grp, model, chat=chat, exact_images=True, seq_length=4096), b, model, True)
@@ -98,10 +97,19 @@ def test_packing_cu_seqlens_equal_bridge(setup, samples):
     grp = samples[3:7]
     for mult in (1, 64):
         b = ref.collate(grp, sequence_length=8192, packing=True, packing_pad_to_multiple_of=mult)
-        a = process_samples(grp, model, chat=chat, exact_images=True, seq_length=8192, packing=True,
-                            packing_pad_to_multiple_of=mult)
-        for k in ("input_ids", "labels", "loss_mask", "position_ids", "cu_seqlens_q", "cu_seqlens_kv",
-                  "max_seqlen_q", "max_seqlen_kv"):
+        a = process_samples(
+            grp, model, chat=chat, exact_images=True, seq_length=8192, packing=True, packing_pad_to_multiple_of=mult
+        )
+        for k in (
+            "input_ids",
+            "labels",
+            "loss_mask",
+            "position_ids",
+            "cu_seqlens_q",
+            "cu_seqlens_kv",
+            "max_seqlen_q",
+            "max_seqlen_kv",
+        ):
             assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
         assert a["attention_mask"] is None and a["total_tokens"] == b["total_tokens"]
         assert ("cu_seqlens_q_padded" in a) == (mult > 1)
@@ -117,21 +125,30 @@ def test_packing_cu_seqlens_equal_bridge(setup, samples):
 
 def test_template_text_equals_hf_template(setup, samples):
     model, ref, chat = setup
-    for s in samples + [Sample("sys", [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
-                                      {"role": "user", "content": [{"type": "text", "text": " odd  spacing\n"}]},
-                                      {"role": "assistant", "content": [{"type": "text", "text": "\nok"}]},
-                                      {"role": "user", "content": [{"type": "text", "text": "again?"}]},
-                                      {"role": "assistant", "content": [{"type": "text", "text": "yes."}]}])]:
+    for s in samples + [
+        Sample(
+            "sys",
+            [
+                {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+                {"role": "user", "content": [{"type": "text", "text": " odd  spacing\n"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "\nok"}]},
+                {"role": "user", "content": [{"type": "text", "text": "again?"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "yes."}]},
+            ],
+        )
+    ]:
         assert chat.render_text(s.conversation) == ref.processor.apply_chat_template(s.conversation, tokenize=False)
 
 
 def test_text_only_multiturn_rows_equal(setup):
     model, ref, chat = setup
-    conv = [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
-            {"role": "user", "content": [{"type": "text", "text": "Hi there, <b>what</b> is 2+2?"}]},
-            {"role": "assistant", "content": [{"type": "text", "text": "4."}]},
-            {"role": "user", "content": [{"type": "text", "text": "and 3+3?"}]},
-            {"role": "assistant", "content": [{"type": "text", "text": "6, of course."}]}]
+    conv = [
+        {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Hi there, <b>what</b> is 2+2?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "4."}]},
+        {"role": "user", "content": [{"type": "text", "text": "and 3+3?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "6, of course."}]},
+    ]
     grp = [Sample("t1", conv), Sample("t2", conv[1:3])]
     a = process_samples(grp, model, chat=chat, seq_length=4096)
     b = ref.collate(grp, sequence_length=4096)
@@ -139,7 +156,10 @@ def test_text_only_multiturn_rows_equal(setup):
         assert torch.equal(a[k], b[k]), k
     assert a["visual_inputs"].pixel_values is None
     # two assistant turns, both supervised: answer tokens + <|im_end|> + "\n"
-    assert int(a["loss_mask"][0].sum()) == len(chat.tokenizer.encode("4.")) + len(chat.tokenizer.encode("6, of course.")) + 4
+    assert (
+        int(a["loss_mask"][0].sum())
+        == len(chat.tokenizer.encode("4.")) + len(chat.tokenizer.encode("6, of course.")) + 4
+    )
 
 
 def test_visual_inputs_every_attribute_tensor_or_none(samples, tok):

@@ -35,8 +35,12 @@ def loader(tok, **kw):
 
 def signature(batch):
     grid = batch["visual_inputs"].image_grid_thw
-    return (tuple(batch["input_ids"].shape), None if grid is None else grid.tolist(), batch["input_ids"].tolist(),
-            batch["loss_mask"].tolist())
+    return (
+        tuple(batch["input_ids"].shape),
+        None if grid is None else grid.tolist(),
+        batch["input_ids"].tolist(),
+        batch["loss_mask"].tolist(),
+    )
 
 
 def test_workers_are_started_once_for_many_epochs(tok, monkeypatch):
@@ -130,7 +134,6 @@ def test_endless_loader_over_only_bad_samples_raises_instead_of_spinning(tok, tm
 
 
 def test_endless_loader_with_an_empty_rank_raises(tok):
-    ld = make_loader(os.path.join(SHARDS, "shard-000005.tar"), tokenizer=tok, num_epochs=None, rank=0,
-                     world_size=20)
+    ld = make_loader(os.path.join(SHARDS, "shard-000005.tar"), tokenizer=tok, num_epochs=None, rank=0, world_size=20)
     with pytest.raises(EmptyEpochError, match="no samples for this rank"):
         next(iter(ld))

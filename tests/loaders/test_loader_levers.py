@@ -40,17 +40,13 @@ def test_second_make_loader_loads_no_tokenizer(monkeypatch):
         return real(path)
 
     monkeypatch.setattr(tokenize, "load_qwen_tokenizer", counting)
-    monkeypatch.setattr(
-        tokenize, "_SHARED", {}
-    )  # a fresh process as far as the cache goes
+    monkeypatch.setattr(tokenize, "_SHARED", {})  # a fresh process as far as the cache goes
     a = api.make_loader(SHARDS)
     b = api.make_loader(SHARDS, seq_length=2048, micro_batch_size=2)
     assert len(calls) == 1
     ca, cb = a.stream.processor.chat, b.stream.processor.chat
     assert ca.tokenizer is cb.tokenizer
-    assert (
-        ca._backend is not None and ca._backend is cb._backend
-    )  # the private Rust copy too
+    assert ca._backend is not None and ca._backend is cb._backend  # the private Rust copy too
     # the same dir spelled differently is the same key
     tokenize.shared_tokenizer(spec.shipped_tokenizer_dir() + os.sep)
     assert len(calls) == 1
@@ -59,9 +55,7 @@ def test_second_make_loader_loads_no_tokenizer(monkeypatch):
 def test_shared_tokenizer_batches_equal_own_tokenizer():
     from vlmdata.qwen.spec import load_qwen_tokenizer
 
-    own = next(
-        iter(api.make_loader(SHARDS, tokenizer=load_qwen_tokenizer(), shuffle=False))
-    )
+    own = next(iter(api.make_loader(SHARDS, tokenizer=load_qwen_tokenizer(), shuffle=False)))
     shared = next(iter(api.make_loader(SHARDS, shuffle=False)))
     for k in ("input_ids", "labels", "loss_mask"):
         assert torch.equal(own[k], shared[k])
@@ -86,9 +80,7 @@ def _eager(proc: api.SampleProcessor):
             )
             pvs.append(pv)
             grids.append(g)
-        row = proc.chat.tokenize(
-            sample.conversation, [proc.chat.image_tokens(g) for g in grids]
-        )
+        row = proc.chat.tokenize(sample.conversation, [proc.chat.image_tokens(g) for g in grids])
         return Processed(sample.key, row, pvs, grids)
 
     return run
@@ -119,12 +111,8 @@ def test_batch_buffer_bit_identical_to_joined_rows(model, resize, exact):
         for p, q in zip(new.pixel_values, old.pixel_values):
             assert p.shape == q.shape and np.array_equal(np.asarray(p), q)
         bn, bo = st.collator([new, new]), st.collator([old, old])
-        assert torch.equal(
-            bn["visual_inputs"].pixel_values, bo["visual_inputs"].pixel_values
-        )
-        assert torch.equal(
-            bn["visual_inputs"].image_grid_thw, bo["visual_inputs"].image_grid_thw
-        )
+        assert torch.equal(bn["visual_inputs"].pixel_values, bo["visual_inputs"].pixel_values)
+        assert torch.equal(bn["visual_inputs"].image_grid_thw, bo["visual_inputs"].image_grid_thw)
         n += 1
     reader.close()
     assert n >= 6
@@ -140,9 +128,7 @@ def test_batch_pixels_mixes_rows_and_arrays_in_order():
     assert out.dtype == np.float32 and out.flags.c_contiguous
     assert np.array_equal(out, np.concatenate([np.asarray(a), c, np.asarray(b)]))
     assert batch_pixels([c], s.patch_dim) is c  # a lone array is not copied
-    back = pickle.loads(
-        pickle.dumps(a)
-    )  # DataLoader workers / map-style datasets pickle processed samples
+    back = pickle.loads(pickle.dumps(a))  # DataLoader workers / map-style datasets pickle processed samples
     assert back.shape == a.shape and np.array_equal(np.asarray(back), np.asarray(a))
 
 
@@ -193,12 +179,8 @@ def test_exact_path_never_decodes_at_reduced_scale(large_jpegs, monkeypatch):
 def test_fast_path_within_documented_tolerance_on_large_photos(large_jpegs, model):
     mean_tol, p99_tol = draft_tolerance(model)
     for data in large_jpegs:
-        fast, g1 = preprocess_rows(
-            data, model, 200_704, 1_003_520, "bridge", exact=False
-        )
-        exact, g2 = preprocess_rows(
-            data, model, 200_704, 1_003_520, "bridge", exact=True
-        )
+        fast, g1 = preprocess_rows(data, model, 200_704, 1_003_520, "bridge", exact=False)
+        exact, g2 = preprocess_rows(data, model, 200_704, 1_003_520, "bridge", exact=True)
         assert g1 == g2
         d = np.abs(np.asarray(fast) - np.asarray(exact))
         assert float(d.mean()) <= mean_tol
@@ -228,12 +210,8 @@ def test_batch_buffers_recycled_only_when_freed():
 
 def test_loader_batches_unchanged_by_buffer_reuse():
     kw = {"micro_batch_size": 2, "shuffle": False, "num_epochs": 1}
-    kept = [
-        b["visual_inputs"].pixel_values.clone() for b in api.make_loader(SHARDS, **kw)
-    ]
-    live = list(
-        api.make_loader(SHARDS, **kw)
-    )  # every batch held: no buffer may be reused under it
+    kept = [b["visual_inputs"].pixel_values.clone() for b in api.make_loader(SHARDS, **kw)]
+    live = list(api.make_loader(SHARDS, **kw))  # every batch held: no buffer may be reused under it
     assert len(kept) == len(live)
     for x, b in zip(kept, live):
         assert torch.equal(x, b["visual_inputs"].pixel_values)

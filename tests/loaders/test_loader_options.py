@@ -20,14 +20,17 @@ def test_defaults_and_frozen():
         o.seed = 3  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("kw, needle", [
-    ({"model": "qwen9"}, "`model` must be one of"),
-    ({"micro_batch_size": 0}, "`micro_batch_size` must be an integer >= 1, got 0"),
-    ({"seq_length": True}, "`seq_length` must be an integer >= 1"),
-    ({"images": "shapes", "image_device": "cuda"}, "`image_device` works with `images`='decode' only"),
-    ({"min_pixels": 100, "max_pixels": 10}, "`max_pixels` (10) is below `min_pixels` (100)"),
-    ({"rank": 2, "world_size": 2}, "`rank` 2 is outside a world of 2"),
-])
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        ({"model": "qwen9"}, "`model` must be one of"),
+        ({"micro_batch_size": 0}, "`micro_batch_size` must be an integer >= 1, got 0"),
+        ({"seq_length": True}, "`seq_length` must be an integer >= 1"),
+        ({"images": "shapes", "image_device": "cuda"}, "`image_device` works with `images`='decode' only"),
+        ({"min_pixels": 100, "max_pixels": 10}, "`max_pixels` (10) is below `min_pixels` (100)"),
+        ({"rank": 2, "world_size": 2}, "`rank` 2 is outside a world of 2"),
+    ],
+)
 def test_bad_values_name_the_parameter(kw, needle):
     with pytest.raises(OptionsError) as e:
         LoaderOptions(**kw)
@@ -35,7 +38,9 @@ def test_bad_values_name_the_parameter(kw, needle):
 
 
 def test_replace_refuses_unknown_names_with_a_suggestion():
-    with pytest.raises(OptionsError, match="unknown loader option 'micro_batch' \\(did you mean 'micro_batch_size'\\?\\)"):
+    with pytest.raises(
+        OptionsError, match="unknown loader option 'micro_batch' \\(did you mean 'micro_batch_size'\\?\\)"
+    ):
         LoaderOptions().replace(micro_batch=2)
     with pytest.raises(OptionsError):
         make_loader(SAMPLE_SHARDS, micro_batch=2)
@@ -51,8 +56,13 @@ def test_options_object_and_keywords_give_the_same_batches():
 
 
 def test_bridge_provider_threads_one_options_object():
-    p = VlmdataDatasetProvider(source=SAMPLE_SHARDS, seq_length=2048, pack_sequences_in_batch=True, seed=5,
-                               loader_options=LoaderOptions(exact_images=True, shuffle_buffer=8))
+    p = VlmdataDatasetProvider(
+        source=SAMPLE_SHARDS,
+        seq_length=2048,
+        pack_sequences_in_batch=True,
+        seed=5,
+        loader_options=LoaderOptions(exact_images=True, shuffle_buffer=8),
+    )
     o = p.options()
     assert isinstance(o, LoaderOptions)
     assert (o.seq_length, o.packing, o.seed, o.exact_images, o.shuffle_buffer) == (2048, True, 5, True, 8)

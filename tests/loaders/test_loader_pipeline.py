@@ -66,7 +66,7 @@ def test_deterministic_for_a_seed_and_shuffled(tok):
 def test_second_epoch_is_a_new_order(tok, workers):
     ld = small(tok, seed=1, num_epochs=3, num_workers=workers)
     keys = run(ld)
-    epochs = [keys[i * 89:(i + 1) * 89] for i in range(3)]
+    epochs = [keys[i * 89 : (i + 1) * 89] for i in range(3)]
     assert len(keys) == 3 * 89 and epochs[0] != epochs[1] != epochs[2]
     assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(epochs[2]) == sorted(ALL_KEYS)
     # with workers, the next epoch's workers are started early: same epochs as without them
@@ -143,8 +143,11 @@ def bad_dataset(tmp_path):
     _write(d / "a-000000.tar", members)
     r2, r3 = good[2], good[3]
     meta = json.loads(r2.files["json"])
-    m = [("x1.json", json.dumps({**meta, "key": "x1"}).encode()), ("x1.0.jpg", b"\xff\xd8 not a jpeg"),
-         ("x2.0.jpg", r3.files["0.jpg"])]
+    m = [
+        ("x1.json", json.dumps({**meta, "key": "x1"}).encode()),
+        ("x1.0.jpg", b"\xff\xd8 not a jpeg"),
+        ("x2.0.jpg", r3.files["0.jpg"]),
+    ]
     _write(d / "a-000001.tar", m)
     _write(d / "a-000002.tar", [(f"{r.key}.{ext}", data) for r in good[2:4] for ext, data in r.files.items()])
     raw = (d / "a-000002.tar").read_bytes()

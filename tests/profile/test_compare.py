@@ -52,8 +52,18 @@ def test_fail_exits_1(small_profile, tmp_path, capsys):
     assert not res["passed"] and by["pixels_per_image"]["status"] == "FAIL"
     assert by["pixels_per_image"]["median_b"] == 256 * 256
     # loosening every threshold turns it into a PASS
-    loose = [x for k in ("pixels_per_image", "aspect_ratio", "bytes_per_image", "visual_tokens_per_sample",
-                         "text_tokens_per_sample", "images_per_sample") for x in ("-t", f"{k}=1")]
+    loose = [
+        x
+        for k in (
+            "pixels_per_image",
+            "aspect_ratio",
+            "bytes_per_image",
+            "visual_tokens_per_sample",
+            "text_tokens_per_sample",
+            "images_per_sample",
+        )
+        for x in ("-t", f"{k}=1")
+    ]
     assert cli(["compare", small_profile, out, "-q", *loose, "-t", "decode_ms_per_image=0.001,1000"]) == 0
 
 

@@ -26,11 +26,13 @@ def test_visual_tokens_known_values():
 
 
 def test_count_text_tokens_exact(tok):
-    conv = [{"role": "system", "content": [{"type": "text", "text": "You are terse."}]},
-            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is shown in this picture?"}]},
-            {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]},
-            {"role": "user", "content": [{"type": "text", "text": "Colour?"}]},
-            {"role": "assistant", "content": [{"type": "text", "text": "Orange and brown stripes."}]}]
+    conv = [
+        {"role": "system", "content": [{"type": "text", "text": "You are terse."}]},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is shown in this picture?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Colour?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Orange and brown stripes."}]},
+    ]
     n = lambda s: len(tok.encode(s, add_special_tokens=False))  # noqa: E731
     prompt = n("You are terse.") + n("What is shown in this picture?") + n("Colour?")
     answer = n("A cat.") + n("Orange and brown stripes.")
@@ -78,8 +80,22 @@ def test_reservoir_cap_is_deterministic(small_source):
 
 def test_profile_cli_on_shards_and_plot(tmp_path, capsys):
     out = tmp_path / "p.json"
-    assert cli(["profile", "sample_shards", "-o", str(out), "--decode-images", "4", "--plot", str(tmp_path / "p.png"),
-                "--json"]) == 0
+    assert (
+        cli(
+            [
+                "profile",
+                "sample_shards",
+                "-o",
+                str(out),
+                "--decode-images",
+                "4",
+                "--plot",
+                str(tmp_path / "p.png"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     info = json.loads(capsys.readouterr().out)
     assert info["summary"]["samples"] == 89 and info["summary"]["images"] == 116
     assert (tmp_path / "p.png").stat().st_size > 10_000
@@ -94,14 +110,17 @@ def _error(capsys, argv):
     return err
 
 
-@pytest.mark.parametrize("content,needle", [
-    (None, "no such profile file"),
-    ("", "empty file"),
-    ('{"schema": "vlmdata.profile/1", "rows": {"samp', "truncated JSON"),
-    ('{"schema": "vlmdata.profile/2", "rows": {}}', "different profile version"),
-    ('{"schema": "something/1"}', "expected 'vlmdata.profile/1'"),
-    ('{"schema": "vlmdata.profile/1", "rows": {}}', "malformed profile"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        (None, "no such profile file"),
+        ("", "empty file"),
+        ('{"schema": "vlmdata.profile/1", "rows": {"samp', "truncated JSON"),
+        ('{"schema": "vlmdata.profile/2", "rows": {}}', "different profile version"),
+        ('{"schema": "something/1"}', "expected 'vlmdata.profile/1'"),
+        ('{"schema": "vlmdata.profile/1", "rows": {}}', "malformed profile"),
+    ],
+)
 def test_bad_profile_files(tmp_path, capsys, content, needle):
     path = tmp_path / "profile.json"
     if content is not None:
@@ -121,13 +140,16 @@ def test_truncated_real_profile(small_profile, tmp_path, capsys):
     assert "truncated" in err
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--model", "qwen9-vl"], "unknown model"),
-    (["--tokenizer", "/nonexistent/tok"], "not a directory"),
-    (["-n", "0"], "positive"),
-    (["-n", "-4"], "positive"),
-    (["--decode-images", "-1"], ">= 0"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--model", "qwen9-vl"], "unknown model"),
+        (["--tokenizer", "/nonexistent/tok"], "not a directory"),
+        (["-n", "0"], "positive"),
+        (["-n", "-4"], "positive"),
+        (["--decode-images", "-1"], ">= 0"),
+    ],
+)
 def test_profile_bad_options(tmp_path, capsys, args, needle):
     err = _error(capsys, ["profile", "sample_shards", "-o", str(tmp_path / "p.json"), *args])
     assert needle in err

@@ -36,8 +36,12 @@ def s3_server():
 
 @pytest.fixture
 def s3(s3_server, monkeypatch, request):
-    env = {"AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ENDPOINT_URL": s3_server,
-           "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {
+        "AWS_ACCESS_KEY_ID": KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_ENDPOINT_URL": s3_server,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     import fsspec
@@ -55,7 +59,9 @@ def _folder(tmp_path, photos, n=9):
     for i in range(n):
         d = src / "sub" if i % 3 == 0 else src
         enc = png_bytes if i % 4 == 0 else jpeg_bytes
-        (d / f"img{i:02d}.{'png' if i % 4 == 0 else 'jpg'}").write_bytes(enc(photos[names[i % 4]], (60 + 7 * i, 50 + 3 * i)))
+        (d / f"img{i:02d}.{'png' if i % 4 == 0 else 'jpg'}").write_bytes(
+            enc(photos[names[i % 4]], (60 + 7 * i, 50 + 3 * i))
+        )
         if i == 5:
             continue  # missing caption
         if i % 2:
@@ -68,7 +74,10 @@ def _folder(tmp_path, photos, n=9):
 def _same_dataset(local_out, remote_out, fs):
     m_local = load_manifest(local_out)
     for s in m_local["shards"]:
-        assert fs.cat_file(f"{remote_out}/{s['name']}".removeprefix("s3://")) == open(os.path.join(local_out, s["name"]), "rb").read()
+        assert (
+            fs.cat_file(f"{remote_out}/{s['name']}".removeprefix("s3://"))
+            == open(os.path.join(local_out, s["name"]), "rb").read()
+        )
     return m_local
 
 
@@ -115,7 +124,9 @@ def test_build_from_s3_sources_matches_local(s3, tmp_path, photos, llava_source)
         assert ma["accounting"]["written"] == mb["accounting"]["written"] > 0
         assert mb["source"]["path"] == remote_src
         # skip details name the inputs the same way, with URLs for object storage
-        assert [s["reason"] for s in ma["accounting"]["skipped_samples"]] == [s["reason"] for s in mb["accounting"]["skipped_samples"]]
+        assert [s["reason"] for s in ma["accounting"]["skipped_samples"]] == [
+            s["reason"] for s in mb["accounting"]["skipped_samples"]
+        ]
 
 
 KILL_UPLOAD = """
@@ -176,15 +187,25 @@ def test_cli_s3_round_trip_never_writes_credentials(s3, tmp_path, photos):
     src = _folder(tmp_path, photos)
     out = f"{bucket}/cli"
     run_env = {**os.environ, **env, "VLMDATA_STAGING": str(tmp_path / "stage")}
-    b = subprocess.run([sys.executable, "-m", "vlmdata", "build", str(src), "-o", out, "--max-count", "3",
-                        "--workers", "2", "--json"], env=run_env, capture_output=True, text=True)
+    b = subprocess.run(
+        [sys.executable, "-m", "vlmdata", "build", str(src), "-o", out, "--max-count", "3", "--workers", "2", "--json"],
+        env=run_env,
+        capture_output=True,
+        text=True,
+    )
     assert b.returncode == 0, b.stderr
     assert json.loads(b.stdout)["out"] == out
-    v = subprocess.run([sys.executable, "-m", "vlmdata", "validate", out, "--json"], env=run_env, capture_output=True, text=True)
+    v = subprocess.run(
+        [sys.executable, "-m", "vlmdata", "validate", out, "--json"], env=run_env, capture_output=True, text=True
+    )
     assert v.returncode == 0, v.stderr
     assert json.loads(v.stdout)["ok"]
-    bad = subprocess.run([sys.executable, "-m", "vlmdata", "validate", f"{bucket}/nothing-here"], env=run_env,
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "vlmdata", "validate", f"{bucket}/nothing-here"],
+        env=run_env,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "no manifest.json" in bad.stderr
     texts = [b.stdout, b.stderr, v.stdout, v.stderr, bad.stderr]
     for p in fs.find(out.removeprefix("s3://")):
@@ -224,11 +245,17 @@ def test_profile_on_s3_equals_profile_of_local_copy(s3_sample_shards, tmp_path):
     assert remote["rows"]["total_samples"] == 89
     assert _deterministic(remote) == _deterministic(local)
     shard = profile_dataset(f"{url}/shard-000001.tar", opts)
-    assert _deterministic(shard) == _deterministic(profile_dataset(os.path.join(SAMPLE_SHARDS, "shard-000001.tar"), opts))
+    assert _deterministic(shard) == _deterministic(
+        profile_dataset(os.path.join(SAMPLE_SHARDS, "shard-000001.tar"), opts)
+    )
     # the CLI takes the URL too; credentials stay out of what it prints and writes
     out = tmp_path / "p.json"
-    r = subprocess.run([sys.executable, "-m", "vlmdata", "profile", url, "-o", str(out), "--json", "--decode-images", "0"],
-                       env={**os.environ, **env}, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "vlmdata", "profile", url, "-o", str(out), "--json", "--decode-images", "0"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     written = out.read_text()
     assert json.loads(written)["rows"]["total_samples"] == 89

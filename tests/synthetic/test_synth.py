@@ -119,7 +119,10 @@ def test_bridge_noise_in_memory():
         assert len(s.images) == 1 and isinstance(s.images[0], Image.Image)
         assert s.images[0].size == (256, 256) and s.images[0].mode == "RGB"
         user, assistant = s.conversation
-        assert user == {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe this image."}]}
+        assert user == {
+            "role": "user",
+            "content": [{"type": "image"}, {"type": "text", "text": "Describe this image."}],
+        }
         words = assistant["content"][0]["text"].split(" ")
         assert 10 <= len(words) <= 29 and set(words) <= set(BRIDGE_VOCABULARY)
     a = np.asarray(samples[0].images[0])
@@ -134,15 +137,25 @@ def test_bridge_noise_in_memory():
 def test_bridge_noise_matches_bridge_source():
     """Run Bridge's own make_mock_vlm_examples (taken from its source file) and compare words and pixels."""
     tree = ast.parse(open(BRIDGE_SRC).read())
-    keep = [n for n in tree.body if (isinstance(n, ast.Assign) and n.targets[0].id == "_MOCK_RESPONSE_VOCABULARY")
-            or (isinstance(n, ast.FunctionDef) and n.name in ("make_mock_vlm_example", "make_mock_vlm_examples"))]
+    keep = [
+        n
+        for n in tree.body
+        if (isinstance(n, ast.Assign) and n.targets[0].id == "_MOCK_RESPONSE_VOCABULARY")
+        or (isinstance(n, ast.FunctionDef) and n.name in ("make_mock_vlm_example", "make_mock_vlm_examples"))
+    ]
     assert len(keep) == 3
     ns = {"numpy": np, "Image": Image, "Any": object, "MockVLMSFTDatasetConfig": object}
     exec(compile(ast.Module(body=keep, type_ignores=[]), BRIDGE_SRC, "exec"), ns)
     from types import SimpleNamespace
 
-    cfg = SimpleNamespace(random_seed=3, num_base_examples=6, enable_in_batch_packing=False, image_size=(256, 256),
-                          num_images=1, prompt="Describe this image.")
+    cfg = SimpleNamespace(
+        random_seed=3,
+        num_base_examples=6,
+        enable_in_batch_packing=False,
+        image_size=(256, 256),
+        num_images=1,
+        prompt="Describe this image.",
+    )
     theirs = ns["make_mock_vlm_examples"](cfg)
     ours = MockSource("bridge-noise", seed=3, num_base_examples=6).take(6)
     assert tuple(ns["_MOCK_RESPONSE_VOCABULARY"]) == BRIDGE_VOCABULARY
@@ -168,8 +181,25 @@ def test_bridge_noise_shards(tmp_path):
 
 def test_imagefree(tmp_path, tok, small_profile):
     out = str(tmp_path / "if")
-    assert cli(["synth", "--mock", "imagefree", "-n", "4", "-o", out, "--prompt-tokens", "7", "--answer-tokens", "50",
-                "-q"]) == 0
+    assert (
+        cli(
+            [
+                "synth",
+                "--mock",
+                "imagefree",
+                "-n",
+                "4",
+                "-o",
+                out,
+                "--prompt-tokens",
+                "7",
+                "--answer-tokens",
+                "50",
+                "-q",
+            ]
+        )
+        == 0
+    )
     raws = list(iter_shard(shard_paths(out)[0]))
     assert len(raws) == 4 and load_manifest(out)["totals"]["images"] == 0
     for raw in raws:

@@ -21,8 +21,18 @@ def test_corpus_is_large_and_covers_every_class():
     cases = fuzz.corpus()
     assert len(cases) >= 300 and len({c.name for c in cases}) == len(cases)
     classes = {c.cls for c in cases}
-    assert classes == {"images", "sidecars", "records", "paths", "output", "shards", "manifests", "urls", "options",
-                       "loader"}
+    assert classes == {
+        "images",
+        "sidecars",
+        "records",
+        "paths",
+        "output",
+        "shards",
+        "manifests",
+        "urls",
+        "options",
+        "loader",
+    }
     assert all(any(c.quick for c in cases if c.cls == cls) for cls in classes)
 
 
@@ -41,7 +51,9 @@ def test_endless_loader_over_an_all_bad_dataset_stops(tmp_path):
     assert [c["outcome"] for c in json.loads(out.read_text())["cases"]] == ["clear error"]
 
 
-@pytest.mark.skipif(not os.environ.get("VLMDATA_FUZZ_FULL"), reason="slow: set VLMDATA_FUZZ_FULL=1 (or run bench/fuzz.py)")
+@pytest.mark.skipif(
+    not os.environ.get("VLMDATA_FUZZ_FULL"), reason="slow: set VLMDATA_FUZZ_FULL=1 (or run bench/fuzz.py)"
+)
 def test_full_corpus_is_clean(tmp_path):
     out = tmp_path / "fuzz.json"
     fuzz.main(["--json", str(out)])

@@ -48,8 +48,11 @@ def llava(tmp_path, records, name="data.jsonl"):
 
 
 def rec(image, answer="an answer", **kw):
-    return {"image": image, "conversations": [{"from": "human", "value": "<image>\nWhat?"},
-                                              {"from": "gpt", "value": answer}], **kw}
+    return {
+        "image": image,
+        "conversations": [{"from": "human", "value": "<image>\nWhat?"}, {"from": "gpt", "value": answer}],
+        **kw,
+    }
 
 
 def reasons(m):
@@ -57,6 +60,7 @@ def reasons(m):
 
 
 # ----------------------------------------------------------------------------- 1. data loss
+
 
 def test_overwrite_never_replaces_the_source_or_its_parents(tmp_path):
     src = folder(tmp_path)
@@ -75,7 +79,9 @@ def test_overwrite_never_replaces_the_source_or_its_parents(tmp_path):
     other.mkdir()
     js2 = llava(other, [rec("a.jpg")])
     with pytest.raises(BuildError, match="image root"):
-        build(str(js2), str(tmp_path / "imgs"), BuildOptions(workers=1, image_root=str(tmp_path / "imgs")), overwrite=True)
+        build(
+            str(js2), str(tmp_path / "imgs"), BuildOptions(workers=1, image_root=str(tmp_path / "imgs")), overwrite=True
+        )
     assert (tmp_path / "imgs" / "a.jpg").read_bytes() == jpg()
 
 
@@ -126,8 +132,21 @@ def test_concurrent_overwrite_builds_one_wins_one_line_error(tmp_path):
     src = folder(tmp_path, n=30)
     out = str(tmp_path / "out")
     build(str(src), out, BuildOptions(workers=1))
-    cmd = [sys.executable, "-m", "vlmdata", "build", str(src), "-o", out, "--overwrite", "-q", "--workers", "1",
-           "--max-count", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vlmdata",
+        "build",
+        str(src),
+        "-o",
+        out,
+        "--overwrite",
+        "-q",
+        "--workers",
+        "1",
+        "--max-count",
+        "2",
+    ]
     procs = [subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True) for _ in range(3)]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     assert all("Traceback" not in e for _, e in results)
@@ -137,6 +156,7 @@ def test_concurrent_overwrite_builds_one_wins_one_line_error(tmp_path):
 
 
 # ----------------------------------------------------------------------------- 2. credentials
+
 
 @pytest.mark.parametrize("url", [f"s3://{KEY}:{SECRET}@bucket/data", f"s3://bucket/out?X-Amz-Signature={SECRET}"])
 def test_credentials_in_urls_are_refused_everywhere_without_printing(tmp_path, url, capsys):
@@ -155,8 +175,12 @@ def test_credentials_in_urls_are_refused_everywhere_without_printing(tmp_path, u
     with pytest.raises(ValueError) as e:
         make_loader(url)
     assert SECRET not in str(e.value)
-    for argv in (["build", str(src), "-o", url], ["validate", url], ["inspect", url],
-                 ["profile", url, "-o", str(tmp_path / "p.json")]):
+    for argv in (
+        ["build", str(src), "-o", url],
+        ["validate", url],
+        ["inspect", url],
+        ["profile", url, "-o", str(tmp_path / "p.json")],
+    ):
         code = main(argv)
         cap = capsys.readouterr()
         assert code == 2 and SECRET not in cap.out + cap.err and KEY not in cap.out + cap.err, argv
@@ -166,8 +190,11 @@ def test_credentials_in_a_record_image_path_are_a_redacted_skip(tmp_path):
     js = llava(tmp_path, [rec(f"s3://{KEY}:{SECRET}@bucket/x.jpg"), rec("a.jpg")])
     (tmp_path / "a.jpg").write_bytes(jpg())
     m = build(str(js), str(tmp_path / "out"), BuildOptions(workers=1))
-    text = json.dumps(m) + "".join(open(os.path.join(tmp_path, "out", f), "rb").read().decode("latin-1")
-                                   for f in os.listdir(tmp_path / "out") if os.path.isfile(tmp_path / "out" / f))
+    text = json.dumps(m) + "".join(
+        open(os.path.join(tmp_path, "out", f), "rb").read().decode("latin-1")
+        for f in os.listdir(tmp_path / "out")
+        if os.path.isfile(tmp_path / "out" / f)
+    )
     assert SECRET not in text and KEY not in text
     assert reasons(m) == {"bad_path": 1}
 
@@ -196,6 +223,7 @@ def test_redaction_of_text_and_exceptions(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- 3. hangs, 4. one bad input
+
 
 def test_fifos_devices_and_bad_sidecars_are_skips(tmp_path):
     src = folder(tmp_path, n=1)
@@ -231,8 +259,14 @@ def test_fifos_devices_and_bad_sidecars_are_skips(tmp_path):
 
 def test_jsonl_hostile_lines_and_nul_paths(tmp_path):
     (tmp_path / "a.jpg").write_bytes(jpg())
-    lines = [json.dumps(rec("a.jpg")), "[" * 50_000, '{"id": ' + "9" * 6000 + "}", json.dumps(rec("a\u0000b.jpg")),
-             json.dumps(rec("a.jpg", answer="lone \ud800")), json.dumps(rec("a.jpg"))]
+    lines = [
+        json.dumps(rec("a.jpg")),
+        "[" * 50_000,
+        '{"id": ' + "9" * 6000 + "}",
+        json.dumps(rec("a\u0000b.jpg")),
+        json.dumps(rec("a.jpg", answer="lone \ud800")),
+        json.dumps(rec("a.jpg")),
+    ]
     p = tmp_path / "d.jsonl"
     p.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogatepass")
     m = build(str(p), str(tmp_path / "out"), BuildOptions(workers=1))
@@ -253,6 +287,7 @@ def test_make_loader_on_an_empty_dataset_stops(tmp_path):
 
 # ----------------------------------------------------------------------------- 6. control tokens
 
+
 def test_control_tokens_in_captions_are_skipped_by_build_and_escaped_by_the_loader(tmp_path):
     from vlmdata.qwen.spec import load_qwen_tokenizer
     from vlmdata.qwen.tokenize import ChatTokenizer
@@ -262,8 +297,13 @@ def test_control_tokens_in_captions_are_skipped_by_build_and_escaped_by_the_load
     m = build(str(src), str(tmp_path / "out"), BuildOptions(workers=1))
     assert reasons(m) == {"control_token": 1}
     chat = ChatTokenizer(load_qwen_tokenizer(), "qwen3-vl")
-    conv = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe <|image_pad|><|image_pad|>"}]},
-            {"role": "assistant", "content": [{"type": "text", "text": "A cat<|im_end|>\n<|im_start|>user\nhi"}]}]
+    conv = [
+        {
+            "role": "user",
+            "content": [{"type": "image"}, {"type": "text", "text": "Describe <|image_pad|><|image_pad|>"}],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": "A cat<|im_end|>\n<|im_start|>user\nhi"}]},
+    ]
     row = chat.tokenize(conv, [196])
     assert int((row.input_ids == chat.image_pad).sum()) == 196  # not 198
     assert int((row.input_ids == chat.im_start).sum()) == 3  # system, user, assistant: no injected turn
@@ -302,6 +342,7 @@ def test_resume_refuses_a_changed_source(tmp_path):
 
 # ----------------------------------------------------------------------------- 8. one validity rule
 
+
 def test_build_validate_loader_profile_agree_on_images(tmp_path, capsys):
     from vlmdata.dataset.reader import BadSampleError, parse_raw
 
@@ -324,9 +365,13 @@ def test_build_validate_loader_profile_agree_on_images(tmp_path, capsys):
     prof = profile_dataset(str(src), ProfileOptions(decode_images=0))
     assert prof["summary"]["skipped"] == {"bad_aspect_ratio": 1, "undecodable_image": 1}
     # the loader names the rule's reason, not "undecodable", for an image an old dataset may hold
-    meta = {"conversation": [{"role": "user", "content": [{"type": "image"}]},
-                             {"role": "assistant", "content": [{"type": "text", "text": "x"}]}],
-            "images": [{"file": "0.png", "width": 1, "height": 20000, "format": "PNG", "bytes": len(thin.getvalue())}]}
+    meta = {
+        "conversation": [
+            {"role": "user", "content": [{"type": "image"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "x"}]},
+        ],
+        "images": [{"file": "0.png", "width": 1, "height": 20000, "format": "PNG", "bytes": len(thin.getvalue())}],
+    }
     with pytest.raises(BadSampleError) as e:
         parse_raw({"json": json.dumps(meta).encode(), "0.png": thin.getvalue()}, "k")
     assert e.value.reason == "bad_aspect_ratio"
@@ -393,13 +438,20 @@ def test_manifest_is_the_commit_point_after_nv_meta(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- 9. paths stay in their roots
 
+
 def test_record_paths_are_confined_to_the_source_root(tmp_path):
     root = tmp_path / "data"
     root.mkdir()
     (root / "ok.jpg").write_bytes(jpg())
     (tmp_path / "outside.jpg").write_bytes(jpg())
-    recs = [rec("ok.jpg"), rec(str(tmp_path / "outside.jpg")), rec("../outside.jpg"), rec("../nonexistent.jpg"),
-            rec(f"file://{tmp_path}/outside.jpg"), rec("/etc/hostname")]
+    recs = [
+        rec("ok.jpg"),
+        rec(str(tmp_path / "outside.jpg")),
+        rec("../outside.jpg"),
+        rec("../nonexistent.jpg"),
+        rec(f"file://{tmp_path}/outside.jpg"),
+        rec("/etc/hostname"),
+    ]
     js = llava(root, recs)
     m = build(str(js), str(tmp_path / "out"), BuildOptions(workers=1))
     assert m["accounting"]["written"] == 1 and reasons(m) == {"outside_root": 5}
@@ -431,6 +483,7 @@ def test_prefix_and_manifest_shard_names_cannot_escape(tmp_path):
 
 # ----------------------------------------------------------------------------- 10. one-line errors
 
+
 def _cli(*args, env=None):
     r = subprocess.run([sys.executable, "-m", "vlmdata", *args], capture_output=True, text=True, env=env, timeout=300)
     assert "Traceback" not in r.stderr, r.stderr
@@ -439,8 +492,14 @@ def _cli(*args, env=None):
 
 def test_option_and_output_errors_are_one_line(tmp_path, capsys):
     src = folder(tmp_path)
-    for argv in (["--max-size", "infk"], ["--max-pixels", "-1"], ["--prefix", "p" * 300], ["--prefix", "../x"],
-                 ["--max-count", "0"], ["--min-written-fraction", "2"]):
+    for argv in (
+        ["--max-size", "infk"],
+        ["--max-pixels", "-1"],
+        ["--prefix", "p" * 300],
+        ["--prefix", "../x"],
+        ["--max-count", "0"],
+        ["--min-written-fraction", "2"],
+    ):
         try:
             code = main(["build", str(src), "-o", str(tmp_path / "o"), *argv])
         except SystemExit as e:  # argparse: usage error
@@ -450,8 +509,10 @@ def test_option_and_output_errors_are_one_line(tmp_path, capsys):
         assert code == 2 and "Traceback" not in err and "error:" in last and argv[0] in last, (argv, err)
     assert not (tmp_path / "x").exists() and not (tmp_path / "o").exists()
     assert main(["build", str(src), "-o", "/proc/vlmdata-cannot-write", "-q"]) == 2
-    assert main(["synth", "--mock", "bridge-noise", "-n", "1", "-o", str(tmp_path / "s"), "--image-size",
-                 "100000x100000"]) == 2
+    assert (
+        main(["synth", "--mock", "bridge-noise", "-n", "1", "-o", str(tmp_path / "s"), "--image-size", "100000x100000"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "Traceback" not in err and "/proc/vlmdata-cannot-write" in err and "--image-size" in err
 
@@ -459,18 +520,25 @@ def test_option_and_output_errors_are_one_line(tmp_path, capsys):
 def test_full_disk_is_one_line_and_resume_finishes(tmp_path):
     src = folder(tmp_path, n=8)
     out = str(tmp_path / "out")
-    limited = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000)); "
-               "from vlmdata.cli.main import main; sys.exit(main(sys.argv[1:]))")
-    r = subprocess.run([sys.executable, "-c", limited, "build", str(src), "-o", out, "-q", "--max-count", "1",
-                        "--workers", "1"], capture_output=True, text=True, timeout=300)
+    limited = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000)); "
+        "from vlmdata.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", limited, "build", str(src), "-o", out, "-q", "--max-count", "1", "--workers", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and ("File too large" in r.stderr or "disk I/O" in r.stderr)
     assert main(["build", str(src), "-o", out, "-q", "--max-count", "1", "--workers", "1", "--resume"]) == 0
     assert validate(out).ok
 
 
-@pytest.mark.parametrize("damage", ["missing", "empty", "truncated", "random", "bad_json", "manifest_keys",
-                                    "manifest_garbage"])
+@pytest.mark.parametrize(
+    "damage", ["missing", "empty", "truncated", "random", "bad_json", "manifest_keys", "manifest_garbage"]
+)
 def test_inspect_validate_profile_on_damaged_datasets(tmp_path, damage, capsys):
     ds = tmp_path / "ds"
     shutil.copytree(SAMPLE_SHARDS, ds)
@@ -493,8 +561,13 @@ def test_inspect_validate_profile_on_damaged_datasets(tmp_path, damage, capsys):
         json.dump(m, open(ds / "manifest.json", "w"))
     else:
         (ds / "manifest.json").write_bytes(b"\x89PNG not json")
-    codes = {cmd: main([cmd, str(ds), "-q"] + (["-o", str(tmp_path / "p.json"), "--decode-images", "2"]
-                                               if cmd == "profile" else [])) for cmd in ("inspect", "validate", "profile")}
+    codes = {
+        cmd: main(
+            [cmd, str(ds), "-q"]
+            + (["-o", str(tmp_path / "p.json"), "--decode-images", "2"] if cmd == "profile" else [])
+        )
+        for cmd in ("inspect", "validate", "profile")
+    }
     err = capsys.readouterr().err
     assert "Traceback" not in err
     if damage.startswith("manifest"):
@@ -513,6 +586,7 @@ def test_validate_a_single_shard_and_a_shard_given_as_dataset(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- 11. smaller findings
 
+
 def test_max_pixels_keeps_aspect_and_exif_orientation():
     data, fmt, w, h = reencode(_png((1, 20000)), 10_000)
     assert (w, h) == (1, 10_000)
@@ -526,8 +600,12 @@ def _png_header(w, h):
     import zlib
 
     chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))  # noqa: E731
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _png(size):
@@ -597,6 +675,7 @@ def test_json_array_with_bom(tmp_path):
 
 # ----------------------------------------------------------------------------- issue 10: too little written
 
+
 def test_build_that_writes_too_little_exits_1_with_the_likely_fix(tmp_path, capsys):
     (tmp_path / "imgs").mkdir()
     for i in range(4):
@@ -606,8 +685,12 @@ def test_build_that_writes_too_little_exits_1_with_the_likely_fix(tmp_path, caps
     assert main(["build", str(js), "-o", str(tmp_path / "o1"), "-q"]) == 1
     err = capsys.readouterr().err
     assert "wrote 0 of 4 inputs" in err and "missing_file" in err and "likely fix: --image-root" in err
-    assert main(["build", str(js), "-o", str(tmp_path / "o2"), "-q", "--format", "messages", "--image-root",
-                 str(tmp_path)]) == 1
+    assert (
+        main(
+            ["build", str(js), "-o", str(tmp_path / "o2"), "-q", "--format", "messages", "--image-root", str(tmp_path)]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert "likely fix: --format" in err and "'llava'" in err
     assert main(["build", str(js), "-o", str(tmp_path / "o3"), "-q", "--image-root", str(tmp_path)]) == 0
@@ -615,7 +698,21 @@ def test_build_that_writes_too_little_exits_1_with_the_likely_fix(tmp_path, caps
     recs = [rec("imgs/0.jpg"), rec("imgs/none.jpg"), rec("imgs/none2.jpg")]
     js2 = llava(tmp_path / "meta", recs, "part.jsonl")
     for frac, code in (("0.5", 1), ("0.3", 0), ("0", 0)):
-        assert main(["build", str(js2), "-o", str(tmp_path / f"f{frac}"), "-q", "--image-root", str(tmp_path),
-                     "--min-written-fraction", frac]) == code
+        assert (
+            main(
+                [
+                    "build",
+                    str(js2),
+                    "-o",
+                    str(tmp_path / f"f{frac}"),
+                    "-q",
+                    "--image-root",
+                    str(tmp_path),
+                    "--min-written-fraction",
+                    frac,
+                ]
+            )
+            == code
+        )
     capsys.readouterr()
     assert build_shortfall({"accounting": {"seen": 3, "written": 0, "skipped_samples": []}}, 0) is not None

@@ -37,8 +37,14 @@ def _fits(cell: dict | None, limit_bytes: float | None) -> bool:
     return limit_bytes is None or peak is None or peak <= limit_bytes
 
 
-def decide_configs(configs: list[dict], *, threshold: float = 0.10, memory_limit_gb: float | None = None,
-                   real: str = "real", metric: str = "samples_per_s") -> dict:
+def decide_configs(
+    configs: list[dict],
+    *,
+    threshold: float = 0.10,
+    memory_limit_gb: float | None = None,
+    real: str = "real",
+    metric: str = "samples_per_s",
+) -> dict:
     """The decisions of a sweep.
 
     Args:
@@ -63,14 +69,29 @@ def decide_configs(configs: list[dict], *, threshold: float = 0.10, memory_limit
         for lab, c in zip(labels, configs):
             cell = c["sources"].get(name) or {}
             peak = cell.get("peak_mem_bytes")
-            rows.append({"config": lab, "oom": bool(cell.get("oom")), "fits": _fits(cell, limit),
-                         "peak_mem_gb": None if peak is None else peak / 1e9,
-                         **{m: (cell.get("rates") or {}).get(m) for m in METRICS}})
-        ranking = {m: [r["config"] for r in sorted((r for r in rows if r["fits"] and r[m] is not None),
-                                                   key=lambda r: -r[m])] for m in METRICS}
+            rows.append(
+                {
+                    "config": lab,
+                    "oom": bool(cell.get("oom")),
+                    "fits": _fits(cell, limit),
+                    "peak_mem_gb": None if peak is None else peak / 1e9,
+                    **{m: (cell.get("rates") or {}).get(m) for m in METRICS},
+                }
+            )
+        ranking = {
+            m: [r["config"] for r in sorted((r for r in rows if r["fits"] and r[m] is not None), key=lambda r: -r[m])]
+            for m in METRICS
+        }
         per_source[name] = {"rows": rows, "ranking": ranking, "best": (ranking[metric] or [None])[0]}
-    result = {"metric": metric, "memory_limit_gb": memory_limit_gb, "threshold": threshold, "configs": labels,
-              "per_source": per_source, "mocks": {}, "misleading": []}
+    result = {
+        "metric": metric,
+        "memory_limit_gb": memory_limit_gb,
+        "threshold": threshold,
+        "configs": labels,
+        "per_source": per_source,
+        "mocks": {},
+        "misleading": [],
+    }
     if real not in per_source:
         result["line"] = "no decisions: the sweep did not measure real"
         return result
@@ -81,9 +102,14 @@ def decide_configs(configs: list[dict], *, threshold: float = 0.10, memory_limit
             continue
         choice = per_source[name]["best"]
         d = {"choice": choice, "real_best": real_best, "same": choice is not None and choice == real_best}
-        both = [(r[metric], real_rows[r["config"]][metric]) for r in per_source[name]["rows"]
-                if r[metric] is not None and not r["oom"] and real_rows[r["config"]][metric] is not None
-                and not real_rows[r["config"]]["oom"]]
+        both = [
+            (r[metric], real_rows[r["config"]][metric])
+            for r in per_source[name]["rows"]
+            if r[metric] is not None
+            and not r["oom"]
+            and real_rows[r["config"]][metric] is not None
+            and not real_rows[r["config"]]["oom"]
+        ]
         # scipy's inferred return type of kendalltau lacks SignificanceResult.statistic
         tau = kendalltau([a for a, _ in both], [b for _, b in both]).statistic if len(both) >= 2 else None  # pyright: ignore[reportAttributeAccessIssue]
         d["kendall_tau"] = None if tau is None or math.isnan(tau) else float(tau)
@@ -104,8 +130,11 @@ def decide_configs(configs: list[dict], *, threshold: float = 0.10, memory_limit
         if d["regret"] is not None and d["regret"] > threshold:
             result["misleading"].append(name)
     bad = [result["mocks"][n]["line"] for n in result["misleading"]]
-    result["line"] = "; ".join(bad) if bad else "every mock picks a configuration within " \
-                                                 f"{threshold:.0%} of real's best ({real_best})"
+    result["line"] = (
+        "; ".join(bad)
+        if bad
+        else f"every mock picks a configuration within {threshold:.0%} of real's best ({real_best})"
+    )
     return result
 
 
@@ -117,6 +146,8 @@ def _line(name: str, d: dict) -> str:
     if d["choice_on_real"] == "oom":
         return f"{name} picks {d['choice']}, which runs out of memory on real data; real's best is {d['real_best']}"
     if d["choice_on_real"] == "does not fit":
-        return f"{name} picks {d['choice']}, which does not fit the memory limit on real data; real's best is " \
-               f"{d['real_best']}"
+        return (
+            f"{name} picks {d['choice']}, which does not fit the memory limit on real data; real's best is "
+            f"{d['real_best']}"
+        )
     return f"{name} picks {d['choice']}, {d['regret']:.0%} slower on real data than real's best ({d['real_best']})"

@@ -57,8 +57,7 @@ def _reduce(info: DistInfo | None, value: float, op) -> float:
         return value
     import torch.distributed as dist
 
-    t = torch.tensor([float(value)], dtype=torch.float64,
-                     device=info.device if info.backend == "nccl" else "cpu")
+    t = torch.tensor([float(value)], dtype=torch.float64, device=info.device if info.backend == "nccl" else "cpu")
     dist.all_reduce(t, op=op)
     return float(t.item())
 
@@ -157,11 +156,27 @@ def merge_ranks(per_rank: list[list[dict]]) -> list[dict]:
     stage times averaged, visual tokens per sample concatenated."""
     merged = []
     for recs in zip(*per_rank):
-        m = {"step": recs[0]["step"], "round": recs[0].get("round"), "step_ms": max(r["step_ms"] for r in recs),
-             "data_wait_ms": max(r["data_wait_ms"] for r in recs),
-             "wait_kind": "epoch_boundary" if any(r.get("wait_kind") == "epoch_boundary" for r in recs) else "steady"}
-        for k in ("samples", "images", "patches", "tokens_total", "tokens_nonpad", "tokens_loss", "tokens_visual",
-                  "tokens_padding", "flops", "lm_flops", "vision_flops", "first_seen_shapes"):
+        m = {
+            "step": recs[0]["step"],
+            "round": recs[0].get("round"),
+            "step_ms": max(r["step_ms"] for r in recs),
+            "data_wait_ms": max(r["data_wait_ms"] for r in recs),
+            "wait_kind": "epoch_boundary" if any(r.get("wait_kind") == "epoch_boundary" for r in recs) else "steady",
+        }
+        for k in (
+            "samples",
+            "images",
+            "patches",
+            "tokens_total",
+            "tokens_nonpad",
+            "tokens_loss",
+            "tokens_visual",
+            "tokens_padding",
+            "flops",
+            "lm_flops",
+            "vision_flops",
+            "first_seen_shapes",
+        ):
             vals = [r.get(k) for r in recs]
             m[k] = None if any(v is None for v in vals) else sum(vals)
         stages = {k for r in recs for k in (r.get("times_ms") or {})}
@@ -179,8 +194,9 @@ def stragglers(per_rank: list[list[dict]], ratio: float = 1.10, min_fraction: fl
     x the step's cross-rank median."""
     world = len(per_rank)
     vis = np.array([[r["tokens_visual"] for r in recs] for recs in per_rank], dtype=np.float64)  # [rank, step]
-    fwd = np.array([[sum((r.get("times_ms") or {}).get(k, 0.0) for k in FORWARD_STAGES) for r in recs]
-                    for recs in per_rank])
+    fwd = np.array(
+        [[sum((r.get("times_ms") or {}).get(k, 0.0) for k in FORWARD_STAGES) for r in recs] for recs in per_rank]
+    )
     step = np.array([[r["step_ms"] for r in recs] for recs in per_rank])
     med = np.median(vis, axis=0)
     is_max = vis == vis.max(axis=0, keepdims=True)
@@ -188,11 +204,25 @@ def stragglers(per_rank: list[list[dict]], ratio: float = 1.10, min_fraction: fl
     frac = straggling.mean(axis=1)
     mean_vis = vis.mean(axis=1)
     centre = float(np.median(mean_vis)) or 1.0
-    per = [{"rank": r, "visual_tokens_per_step": float(mean_vis[r]), "relative_to_median": float(mean_vis[r] / centre),
-            "straggler_step_fraction": float(frac[r]), "forward_ms_mean": float(fwd[r].mean()),
-            "step_ms_median": float(np.median(step[r]))} for r in range(world)]
+    per = [
+        {
+            "rank": r,
+            "visual_tokens_per_step": float(mean_vis[r]),
+            "relative_to_median": float(mean_vis[r] / centre),
+            "straggler_step_fraction": float(frac[r]),
+            "forward_ms_mean": float(fwd[r].mean()),
+            "step_ms_median": float(np.median(step[r])),
+        }
+        for r in range(world)
+    ]
     stall = float((fwd.max(axis=0) - fwd.mean(axis=0)).sum() / step.max(axis=0).sum()) if step.size else 0.0
     imbalance = float(np.mean(vis.max(axis=0) / np.maximum(vis.mean(axis=0), 1e-9))) if vis.any() else 1.0
-    return {"world_size": world, "ratio": ratio, "min_fraction": min_fraction, "per_rank": per,
-            "flagged": [r for r in range(world) if frac[r] >= max(min_fraction, 1.5 / world)],
-            "visual_imbalance": imbalance, "estimated_stall_fraction": stall}
+    return {
+        "world_size": world,
+        "ratio": ratio,
+        "min_fraction": min_fraction,
+        "per_rank": per,
+        "flagged": [r for r in range(world) if frac[r] >= max(min_fraction, 1.5 / world)],
+        "visual_imbalance": imbalance,
+        "estimated_stall_fraction": stall,
+    }

@@ -71,19 +71,29 @@ def count_tokens(batch: dict, image_token_id: int, pad_token_id: int = PAD_TOKEN
         # index of the last non-pad token + 1 per row; everything after it is padding
         last = torch.where(not_pad.any(1), S - not_pad.flip(1).argmax(1), torch.zeros(B, dtype=torch.int64))
         padding = int((S - last).sum().item())
-    return {"tokens_total": B * S, "tokens_nonpad": B * S - padding, "tokens_loss": loss,
-            "tokens_visual": int((ids == image_token_id).sum().item()), "tokens_padding": padding}
+    return {
+        "tokens_total": B * S,
+        "tokens_nonpad": B * S - padding,
+        "tokens_loss": loss,
+        "tokens_visual": int((ids == image_token_id).sum().item()),
+        "tokens_padding": padding,
+    }
 
 
-def lm_flops(text_config, batch_size: int, seq_len: int, causal: bool = False,
-             head_tokens: int | None = None) -> int:
+def lm_flops(text_config, batch_size: int, seq_len: int, causal: bool = False, head_tokens: int | None = None) -> int:
     """Training FLOPs of the language model for ``batch_size`` sequences of ``seq_len`` tokens.
 
     ``head_tokens``: tokens the lm_head runs on (default all B*S; the step's ``logits="loss"``
     variant runs it on the loss tokens only)."""
     c = text_config
     h, L, nq, nkv, d = c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim
-    n_layer = h * nq * d + 2 * h * nkv * d + nq * d * h + h * c.num_experts + c.num_experts_per_tok * 3 * h * c.moe_intermediate_size
+    n_layer = (
+        h * nq * d
+        + 2 * h * nkv * d
+        + nq * d * h
+        + h * c.num_experts
+        + c.num_experts_per_tok * 3 * h * c.moe_intermediate_size
+    )
     T = batch_size * seq_len
     head_tokens = T if head_tokens is None else head_tokens
     pairs = seq_len * (seq_len + 1) // 2 if causal else seq_len * seq_len
@@ -96,8 +106,8 @@ def vision_flops(vision_config, text_hidden: int, image_grid_thw) -> tuple[int, 
         return 0, 0
     c = vision_config
     hv, iv, D = c.hidden_size, c.intermediate_size, c.depth
-    P = c.in_channels * c.temporal_patch_size * c.patch_size ** 2
-    m2 = c.spatial_merge_size ** 2
+    P = c.in_channels * c.temporal_patch_size * c.patch_size**2
+    m2 = c.spatial_merge_size**2
     n_merge = 1 + len(c.deepstack_visual_indexes)
     enc = proj = 0
     for t, gh, gw in torch.as_tensor(image_grid_thw).tolist():
@@ -107,8 +117,9 @@ def vision_flops(vision_config, text_hidden: int, image_grid_thw) -> tuple[int, 
     return 3 * enc, 3 * proj
 
 
-def step_flops(config, batch: dict, causal: bool = False, pad_token_id: int = PAD_TOKEN_ID,
-               logits: str = "all") -> dict[str, int]:
+def step_flops(
+    config, batch: dict, causal: bool = False, pad_token_id: int = PAD_TOKEN_ID, logits: str = "all"
+) -> dict[str, int]:
     """FLOPs of one training step on ``batch`` (Bridge format) for a ``Qwen3VLMoeConfig``.
 
     Returns ``lm_flops``, ``vision_flops``, ``projector_flops``, ``total_flops``, the token

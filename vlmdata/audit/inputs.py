@@ -34,16 +34,16 @@ MOCKS = (IMAGEFREE, IMAGEFREE_FIXED, BRIDGE_NOISE)  # the sources whose figure t
 DEFINITIONS = {
     "real": "the real shards, decoded and preprocessed as Megatron Bridge's Qwen-VL collate does",
     "synthetic": "paired: each real sample's synthetic twin (same images per sample, image sizes, formats, JPEG "
-                 "settings and bytes within 10%, same text tokens per part; generated pixels and words), read "
-                 "from shards like the real ones",
+    "settings and bytes within 10%, same text tokens per part; generated pixels and words), read "
+    "from shards like the real ones",
     "synthetic-profile": "sampled from a profile's joint distribution (vlmdata synth --profile), read from shards; "
-                         "not paired with real",
+    "not paired with real",
     "imagefree": "paired: each real sample's own conversation with its image parts removed (no image I/O, no "
-                 "vision work); the only difference from real is the images",
+    "vision work); the only difference from real is the images",
     "imagefree-fixed": "text only, a fixed 16-token prompt and 256-token answer per sample (a fixed-length text "
-                       "mock); not paired",
+    "mock); not paired",
     "bridge-noise": "Megatron Bridge's MockVLMSFTDatasetConfig: one 256x256 uniform-noise RGB image held in memory "
-                    "(no file, no decode) and 10-29 words from its 110-word vocabulary; not paired",
+    "(no file, no decode) and 10-29 words from its 110-word vocabulary; not paired",
 }
 
 
@@ -94,13 +94,25 @@ def _build_hint(path: str) -> str | None:
         fmt = detect_format(path)
     except (SourceError, ValueError, OSError):
         return None
-    what = {"folder": "an image folder", "llava": "LLaVA JSON", "messages": "messages JSON",
-            "hf": "a Hugging Face dataset"}.get(fmt, f"a {fmt} source")
+    what = {
+        "folder": "an image folder",
+        "llava": "LLaVA JSON",
+        "messages": "messages JSON",
+        "hf": "a Hugging Face dataset",
+    }.get(fmt, f"a {fmt} source")
     return f"it is {what}, not vlmdata shards: run `vlmdata build {path} -o SHARDS` first, then audit SHARDS"
 
 
-def prepare_input(name: str, shards: list[str], *, profile: str | None = None, seed: int = 0,
-                  model: str = "qwen3-vl", work_dir: str | None = None, twin_keys: set[str] | None = None) -> Input:
+def prepare_input(
+    name: str,
+    shards: list[str],
+    *,
+    profile: str | None = None,
+    seed: int = 0,
+    model: str = "qwen3-vl",
+    work_dir: str | None = None,
+    twin_keys: set[str] | None = None,
+) -> Input:
     """The loader input of source ``name``; ``synthetic`` writes the twin (or the profile's shards) first.
 
     Args:
@@ -146,6 +158,14 @@ def _profile_shards(profile: str, seed: int, work: str) -> str:
     n = len(prof["rows"]["samples"]["n_images"])
     out = os.path.join(work, "synthetic-profile")
     src = SyntheticSource(prof, seed, variants=0, threads=0)
-    write_dataset(out, src.take(n), kind="synth", options={"generator": "profile", "seed": seed, "samples": n},
-                  source={"format": "synthetic", **src.describe()}, overwrite=True, max_count=64, energon=False)
+    write_dataset(
+        out,
+        src.take(n),
+        kind="synth",
+        options={"generator": "profile", "seed": seed, "samples": n},
+        source={"format": "synthetic", **src.describe()},
+        overwrite=True,
+        max_count=64,
+        energon=False,
+    )
     return out

@@ -62,8 +62,7 @@ from vlmdata.audit.verdict import DEFAULT_THRESHOLD, GAP_METRICS, METRIC_LABELS,
 from vlmdata.errors import VlmdataError
 
 ITER_RE = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$")
-STEP_TIME_RE = re.compile(
-    r"Step Time\s*:\s*([\d.]+)\s*s\s+GPU utilization:\s*([\d.]+)\s*(?:MODEL_)?TFLOP/s/GPU")
+STEP_TIME_RE = re.compile(r"Step Time\s*:\s*([\d.]+)\s*s\s+GPU utilization:\s*([\d.]+)\s*(?:MODEL_)?TFLOP/s/GPU")
 ARG_RE = re.compile(r"^\s*([A-Za-z_][\w]*)\s+\.{2,}\s+(\S.*?)\s*$")  # Megatron-LM: "  seq_length .... 4096"
 YAML_RE = re.compile(r"^(\s*)([A-Za-z_][\w]*)\s*:(?:\s+(.*?))?\s*$")  # Bridge: "  seq_length: 4096"
 WORLD_RE = re.compile(r"using world size:\s*(\d+)")
@@ -74,16 +73,47 @@ TFLOPS_KEY = "throughput per gpu (tflop/s/gpu)"
 MS_KEY = "elapsed time per iteration (ms)"
 
 # dump fields that identify the model (compared between the logs when both print them)
-MODEL_KEYS = ("_target_", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
-              "kv_channels", "num_experts", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
-              "padded_vocab_size", "vocab_size")
+MODEL_KEYS = (
+    "_target_",
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "kv_channels",
+    "num_experts",
+    "num_moe_experts",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "padded_vocab_size",
+    "vocab_size",
+)
 # dump fields that exist only in vision-language runs (Megatron-LM's examples/multimodal, Bridge's
 # Qwen-VL providers and VLM dataset configs); Megatron-LM's generic vision args (img_h, patch_dim) are
 # printed by every run and do not count
-IMAGE_KEYS = ("vision_model_type", "language_model_type", "use_tiling", "max_num_tiles", "use_thumbnail",
-              "image_tag_type", "freeze_vit", "vision_projection_type", "vision_config", "freeze_vision_model",
-              "image_token_id", "video_token_id", "vision_start_token_id", "spatial_merge_size", "min_pixels",
-              "max_pixels", "hf_processor_path", "max_num_images", "max_visual_tokens", "num_images", "image_size")
+IMAGE_KEYS = (
+    "vision_model_type",
+    "language_model_type",
+    "use_tiling",
+    "max_num_tiles",
+    "use_thumbnail",
+    "image_tag_type",
+    "freeze_vit",
+    "vision_projection_type",
+    "vision_config",
+    "freeze_vision_model",
+    "image_token_id",
+    "video_token_id",
+    "vision_start_token_id",
+    "spatial_merge_size",
+    "min_pixels",
+    "max_pixels",
+    "hf_processor_path",
+    "max_num_images",
+    "max_visual_tokens",
+    "num_images",
+    "image_size",
+)
 VL_CLASS_RE = re.compile(r"(?i)(\bvl\b|[a-z0-9_]vl(?:moe)?(?:model)?provider|_vl\b|\d_?vl|vision|llava|multimodal|vlm)")
 
 
@@ -98,9 +128,11 @@ class WorkloadMismatch(LogError):
 
     def __init__(self, differences: list[tuple[str, str, str]]):
         self.differences = differences
-        super().__init__("the logs are of different workloads: " + "; ".join(
-            f"{what} {a} (mock) vs {b} (real)" for what, a, b in differences)
-            + "; compare two runs of one workload (allow_mismatch=True compares them anyway)")
+        super().__init__(
+            "the logs are of different workloads: "
+            + "; ".join(f"{what} {a} (mock) vs {b} (real)" for what, a, b in differences)
+            + "; compare two runs of one workload (allow_mismatch=True compares them anyway)"
+        )
 
 
 def _num(text: str) -> float | None:
@@ -197,12 +229,22 @@ def parse_log(path: str) -> dict:
         elif raw.strip() and not raw.lstrip().startswith("-"):
             stack = []  # any other text closes the YAML block
     if not lines and not steps:
-        raise LogError(f"{path!r} has no Megatron iteration lines ('iteration N/M | ... elapsed time per "
-                       "iteration') and no Megatron Bridge 'Step Time : ...s GPU utilization' lines")
+        raise LogError(
+            f"{path!r} has no Megatron iteration lines ('iteration N/M | ... elapsed time per "
+            "iteration') and no Megatron Bridge 'Step Time : ...s GPU utilization' lines"
+        )
     seq = _config_int(config, "seq_length")
-    return {"path": path, "lines": lines, "step_times": steps, "config": config, "seq_length": seq,
-            "world_size": world, "parameters": params, "restarts": restarts,
-            "format": "iteration lines" if lines else "Bridge Step Time lines"}
+    return {
+        "path": path,
+        "lines": lines,
+        "step_times": steps,
+        "config": config,
+        "seq_length": seq,
+        "world_size": world,
+        "parameters": params,
+        "restarts": restarts,
+        "format": "iteration lines" if lines else "Bridge Step Time lines",
+    }
 
 
 def config_value(config: dict[str, str], key: str, section: str | None = None) -> str | None:
@@ -244,10 +286,15 @@ def _intervals(parsed: dict) -> tuple[list[dict], str | None]:
         if gbs is not None:
             f["global batch size"] = gbs
         out.append(f)
-    note = (f"no iteration lines: intervals from {len(out)} Bridge 'Step Time' lines, "
-            + (f"log_interval {interval}" if _config_int(parsed["config"], "log_interval") else
-               "log_interval not in the dump (1 assumed)")
-            + ("" if gbs is not None else "; global_batch_size not in the dump, so no samples/s"))
+    note = (
+        f"no iteration lines: intervals from {len(out)} Bridge 'Step Time' lines, "
+        + (
+            f"log_interval {interval}"
+            if _config_int(parsed["config"], "log_interval")
+            else "log_interval not in the dump (1 assumed)"
+        )
+        + ("" if gbs is not None else "; global_batch_size not in the dump, so no samples/s")
+    )
     return out, note
 
 
@@ -257,8 +304,11 @@ def _records(lines: list[dict], warmup: int, seq: int | None, log_interval: int 
     excerpt) still counts as log_interval iterations, with samples from the global batch size."""
     records, prev, prev_samples = [], None, None
     for f in lines:
-        start = prev if prev is not None else (
-            f["iteration"] - (lines[1]["iteration"] - f["iteration"]) if len(lines) > 1 else 0)
+        start = (
+            prev
+            if prev is not None
+            else (f["iteration"] - (lines[1]["iteration"] - f["iteration"]) if len(lines) > 1 else 0)
+        )
         start = max(start, 0)
         gap = f["iteration"] - start
         n = min(gap, log_interval) if log_interval else gap
@@ -269,17 +319,33 @@ def _records(lines: list[dict], warmup: int, seq: int | None, log_interval: int 
         if start < warmup or n <= 0 or ms is None:
             continue
         gbs = f.get("global batch size")
-        done = samples - prev_samples_old if samples is not None and prev_samples_old is not None and gap == n \
+        done = (
+            samples - prev_samples_old
+            if samples is not None and prev_samples_old is not None and gap == n
             else (gbs * n if gbs is not None else None)
+        )
         tokens = _first(f, TOKEN_KEYS)
         tokens = tokens * n if tokens is not None else (gbs * seq * n if gbs is not None and seq else None)
         useful = _first(f, USEFUL_KEYS)
         tf = f.get(TFLOPS_KEY)
-        records.append({"step": f["iteration"], "iterations": n, "iteration_ms": ms, "step_ms": ms * n,
-                        "data_wait_ms": None, "samples": done, "global_batch_size": gbs, "tokens_total": tokens,
-                        "tokens_loss": None if useful is None else useful * n, "tokens_nonpad": None, "images": None,
-                        "tokens_visual": None, "tokens_padding": None,
-                        "flops": None if tf is None else tf * 1e12 * ms * n / 1e3})
+        records.append(
+            {
+                "step": f["iteration"],
+                "iterations": n,
+                "iteration_ms": ms,
+                "step_ms": ms * n,
+                "data_wait_ms": None,
+                "samples": done,
+                "global_batch_size": gbs,
+                "tokens_total": tokens,
+                "tokens_loss": None if useful is None else useful * n,
+                "tokens_nonpad": None,
+                "images": None,
+                "tokens_visual": None,
+                "tokens_padding": None,
+                "flops": None if tf is None else tf * 1e12 * ms * n / 1e3,
+            }
+        )
     return records
 
 
@@ -312,21 +378,33 @@ def to_records(parsed: dict, warmup: int | None = None, seq_length: int | None =
         if not records:
             used = 0
             records = _records(lines, used, seq, interval)
-            notes.append(f"short run: {len(lines)} logged interval(s) in all, so warm-up could not be excluded "
-                         "(the figures include start-up); log more often (log_interval) or run longer")
+            notes.append(
+                f"short run: {len(lines)} logged interval(s) in all, so warm-up could not be excluded "
+                "(the figures include start-up); log more often (log_interval) or run longer"
+            )
     if records and len(records) < 2:
-        notes.append(f"{len(records)} logged interval after warm-up: no confidence interval; "
-                     "log more often (log_interval) or run longer")
+        notes.append(
+            f"{len(records)} logged interval after warm-up: no confidence interval; "
+            "log more often (log_interval) or run longer"
+        )
     gbs = sorted({r["global_batch_size"] for r in records if r["global_batch_size"] is not None})
-    info = {"path": parsed["path"], "format": parsed.get("format", "iteration lines"), "warmup_iterations": used,
-            "seq_length": seq, "restarts": parsed["restarts"], "logged_lines": len(lines),
-            "kept_intervals": len(records), "iterations": sum(r["iterations"] for r in records),
-            "first_kept": records[0]["step"] - records[0]["iterations"] + 1 if records else None,
-            "last_kept": records[-1]["step"] if records else None,
-            "global_batch_size": int(gbs[-1]) if gbs else _config_int(parsed.get("config", {}), "global_batch_size"),
-            "global_batch_sizes": [int(g) for g in gbs],
-            "skipped_iterations": int(sum(f.get("number of skipped iterations", 0) or 0 for f in lines)),
-            "nan_iterations": int(sum(f.get("number of nan iterations", 0) or 0 for f in lines)), "notes": notes}
+    info = {
+        "path": parsed["path"],
+        "format": parsed.get("format", "iteration lines"),
+        "warmup_iterations": used,
+        "seq_length": seq,
+        "restarts": parsed["restarts"],
+        "logged_lines": len(lines),
+        "kept_intervals": len(records),
+        "iterations": sum(r["iterations"] for r in records),
+        "first_kept": records[0]["step"] - records[0]["iterations"] + 1 if records else None,
+        "last_kept": records[-1]["step"] if records else None,
+        "global_batch_size": int(gbs[-1]) if gbs else _config_int(parsed.get("config", {}), "global_batch_size"),
+        "global_batch_sizes": [int(g) for g in gbs],
+        "skipped_iterations": int(sum(f.get("number of skipped iterations", 0) or 0 for f in lines)),
+        "nan_iterations": int(sum(f.get("number of nan iterations", 0) or 0 for f in lines)),
+        "notes": notes,
+    }
     return records, info
 
 
@@ -340,14 +418,25 @@ def iteration_summary(records: list[dict]) -> dict:
     Returns:
         The dict that replaces ``summary["step_ms"]`` for a log.
     """
-    per = np.repeat(np.array([r["iteration_ms"] for r in records], dtype=np.float64),
-                    np.array([r["iterations"] for r in records], dtype=np.int64))
+    per = np.repeat(
+        np.array([r["iteration_ms"] for r in records], dtype=np.float64),
+        np.array([r["iterations"] for r in records], dtype=np.int64),
+    )
     mean = float(per.mean())
     std = float(per.std(ddof=1)) if len(records) > 1 else 0.0
     q = np.percentile(per, [10, 25, 50, 75, 90])
-    return {"median": float(q[2]), "p10": float(q[0]), "p90": float(q[4]), "mean": mean, "std": std,
-            "iqr": float(q[3] - q[1]), "min": float(per.min()), "max": float(per.max()),
-            "cv": std / mean if mean else 0.0, "per": "iteration"}
+    return {
+        "median": float(q[2]),
+        "p10": float(q[0]),
+        "p90": float(q[4]),
+        "mean": mean,
+        "std": std,
+        "iqr": float(q[3] - q[1]),
+        "min": float(per.min()),
+        "max": float(per.max()),
+        "cv": std / mean if mean else 0.0,
+        "per": "iteration",
+    }
 
 
 def _summary(records: list[dict]) -> dict:
@@ -368,8 +457,15 @@ def image_evidence(parsed: dict) -> str | None:
         leaf = path.rsplit(".", 1)[-1]
         if leaf in IMAGE_KEYS:
             return f"{path}: {value}" if value else path
-        if leaf in ("_target_", "model_name", "hf_model_id", "hf_model_name_or_path", "pretrained_model_name_or_path",
-                    "hf_processor_path", "tokenizer_model") and VL_CLASS_RE.search(value or ""):
+        if leaf in (
+            "_target_",
+            "model_name",
+            "hf_model_id",
+            "hf_model_name_or_path",
+            "pretrained_model_name_or_path",
+            "hf_processor_path",
+            "tokenizer_model",
+        ) and VL_CLASS_RE.search(value or ""):
             return f"{path}: {value}"
     for f in parsed.get("lines", []):
         for k in f:
@@ -393,9 +489,11 @@ def _model(parsed: dict) -> dict[str, str]:
 def _mismatches(parsed: dict[str, dict], infos: dict[str, dict]) -> list[tuple[str, str, str]]:
     m, r = parsed["mock"], parsed["real"]
     diffs = []
-    checks = [("global batch size", infos["mock"]["global_batch_size"], infos["real"]["global_batch_size"]),
-              ("seq_length", infos["mock"]["seq_length"], infos["real"]["seq_length"]),
-              ("GPUs (world size)", m.get("world_size"), r.get("world_size"))]
+    checks = [
+        ("global batch size", infos["mock"]["global_batch_size"], infos["real"]["global_batch_size"]),
+        ("seq_length", infos["mock"]["seq_length"], infos["real"]["seq_length"]),
+        ("GPUs (world size)", m.get("world_size"), r.get("world_size")),
+    ]
     for what, a, b in checks:
         if a is not None and b is not None and a != b:
             diffs.append((what, str(a), str(b)))
@@ -421,14 +519,23 @@ def _adjust_verdict(v: dict, real: dict, images: bool, short: bool) -> dict:
         for k in v["knobs"]:
             if k["knob"] == "variance":
                 cv = real["step_ms"]["cv"]
-                k["message"] = (f"iteration time varies between logged intervals (cv {cv:.0%}): look for stalls "
-                                "(checkpointing, evaluation, data loading, preemption) or measure more iterations")
+                k["message"] = (
+                    f"iteration time varies between logged intervals (cv {cv:.0%}): look for stalls "
+                    "(checkpointing, evaluation, data loading, preemption) or measure more iterations"
+                )
     v["line"] = verdict_line(v)
     return v
 
 
-def compare_logs(mock: str, real: str, *, warmup: int | None = None, seq_length: int | None = None,
-                 threshold: float = DEFAULT_THRESHOLD, allow_mismatch: bool = False) -> dict:
+def compare_logs(
+    mock: str,
+    real: str,
+    *,
+    warmup: int | None = None,
+    seq_length: int | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    allow_mismatch: bool = False,
+) -> dict:
     """The audit verdict for two training logs (``mock`` run vs ``real`` run of the same workload).
 
     Args:
@@ -453,8 +560,10 @@ def compare_logs(mock: str, real: str, *, warmup: int | None = None, seq_length:
         recs, info = to_records(parsed[name], warmup, seq_length)
         if not recs:
             end = max((f["iteration"] for f in parsed[name]["lines"]), default="?")
-            raise LogError(f"{path!r}: no logged interval after {info['warmup_iterations']} warm-up iterations "
-                           f"(the log ends at iteration {end}); lower the warm-up")
+            raise LogError(
+                f"{path!r}: no logged interval after {info['warmup_iterations']} warm-up iterations "
+                f"(the log ends at iteration {end}); lower the warm-up"
+            )
         infos[name] = info
         runs[name] = {"records": recs, "world_size": 1}  # TFLOP/s are already per GPU in the logs
         sources[name] = {"summary": _summary(recs), "log": info, "records": recs}
@@ -470,17 +579,34 @@ def compare_logs(mock: str, real: str, *, warmup: int | None = None, seq_length:
     if diffs:
         notes.append("compared although the workloads differ: " + "; ".join(f"{w} {a} vs {b}" for w, a, b in diffs))
     model = {k: _model(p) for k, p in parsed.items()}
-    workload = {"global_batch_size": infos["real"]["global_batch_size"], "seq_length": infos["real"]["seq_length"],
-                "world_size": parsed["real"].get("world_size"), "model": model["real"] or model["mock"],
-                "images": {"present": images, "evidence": evidence}}
-    return {"schema": "vlmdata.audit/1", "kind": "logs",
-            "config": {"mock": mock, "real": real, "warmup": warmup, "seq_length": seq_length,
-                       "threshold": threshold, "allow_mismatch": allow_mismatch},
-            "workload": workload, "sources": sources, "verdict": verdict,
-            "mismatches": [{"what": w, "mock": a, "real": b} for w, a, b in diffs], "notes": notes}
+    workload = {
+        "global_batch_size": infos["real"]["global_batch_size"],
+        "seq_length": infos["real"]["seq_length"],
+        "world_size": parsed["real"].get("world_size"),
+        "model": model["real"] or model["mock"],
+        "images": {"present": images, "evidence": evidence},
+    }
+    return {
+        "schema": "vlmdata.audit/1",
+        "kind": "logs",
+        "config": {
+            "mock": mock,
+            "real": real,
+            "warmup": warmup,
+            "seq_length": seq_length,
+            "threshold": threshold,
+            "allow_mismatch": allow_mismatch,
+        },
+        "workload": workload,
+        "sources": sources,
+        "verdict": verdict,
+        "mismatches": [{"what": w, "mock": a, "real": b} for w, a, b in diffs],
+        "notes": notes,
+    }
 
 
 # ----------------------------------------------------------------------------- what a report of logs shows
+
 
 def _f(v, fmt: str = "{:.3g}") -> str:
     return "-" if v is None else fmt.format(v)
@@ -512,21 +638,44 @@ def report_content(report: dict) -> dict:
     w, srcs, v = report["workload"], report["sources"], report.get("verdict") or {}
     img = w["images"]
     found = [f"{k}: {e}" for k, e in img["evidence"].items() if e]
-    known = [f"{label} {w[k]}" for label, k in (("global batch size", "global_batch_size"),
-                                                 ("seq_length", "seq_length"), ("GPUs", "world_size"))
-             if w.get(k) is not None]
-    lines = [("Workload", (", ".join(known) or "global batch size and seq_length not in the logs")
-              + f"; model: {_model_text(w['model'])}"),
-             ("Images", ("yes (" + "; ".join(found) + ")") if img["present"] else
-              "no image information in the logs: a text-only run as far as the logs tell (no VLM-specific advice)")]
+    known = [
+        f"{label} {w[k]}"
+        for label, k in (
+            ("global batch size", "global_batch_size"),
+            ("seq_length", "seq_length"),
+            ("GPUs", "world_size"),
+        )
+        if w.get(k) is not None
+    ]
+    lines = [
+        (
+            "Workload",
+            (", ".join(known) or "global batch size and seq_length not in the logs")
+            + f"; model: {_model_text(w['model'])}",
+        ),
+        (
+            "Images",
+            ("yes (" + "; ".join(found) + ")")
+            if img["present"]
+            else "no image information in the logs: a text-only run as far as the logs tell (no VLM-specific advice)",
+        ),
+    ]
     for name in ("mock", "real"):
         i = srcs[name]["log"]
-        lines.append((f"{name} log", f"{i['path']} ({i['format']}): kept {i['kept_intervals']} of {i['logged_lines']} "
-                      f"logged intervals, iterations {i['first_kept']}-{i['last_kept']} ({i['iterations']}), "
-                      f"warm-up {i['warmup_iterations']}"
-                      + (f"; {i['restarts']} restart(s), last run kept" if i["restarts"] else "")
-                      + (f"; {i['skipped_iterations']} skipped, {i['nan_iterations']} NaN iterations"
-                         if i["skipped_iterations"] or i["nan_iterations"] else "")))
+        lines.append(
+            (
+                f"{name} log",
+                f"{i['path']} ({i['format']}): kept {i['kept_intervals']} of {i['logged_lines']} "
+                f"logged intervals, iterations {i['first_kept']}-{i['last_kept']} ({i['iterations']}), "
+                f"warm-up {i['warmup_iterations']}"
+                + (f"; {i['restarts']} restart(s), last run kept" if i["restarts"] else "")
+                + (
+                    f"; {i['skipped_iterations']} skipped, {i['nan_iterations']} NaN iterations"
+                    if i["skipped_iterations"] or i["nan_iterations"]
+                    else ""
+                ),
+            )
+        )
     for n in report.get("notes") or []:
         lines.append(("Note", n))
     gaps = v.get("gaps", {})
@@ -536,13 +685,25 @@ def report_content(report: dict) -> dict:
         s = srcs[name]["summary"]
         st = s["step_ms"]
         g = gaps.get(name, {}).get("samples_per_s") or gaps.get(name, {}).get("tflops")
-        rows.append([name, f"{st['median']:.1f}", f"{st['p10']:.0f}-{st['p90']:.0f}",
-                     _f(s["rates"]["samples_per_s"]), _f(s["rates"]["tokens_per_s"]), _f(s["rates"]["tflops"]),
-                     "1" if name == "real" else ("-" if not g else f"{g['ratio']:.2f}x")])
+        rows.append(
+            [
+                name,
+                f"{st['median']:.1f}",
+                f"{st['p10']:.0f}-{st['p90']:.0f}",
+                _f(s["rates"]["samples_per_s"]),
+                _f(s["rates"]["tokens_per_s"]),
+                _f(s["rates"]["tflops"]),
+                "1" if name == "real" else ("-" if not g else f"{g['ratio']:.2f}x"),
+            ]
+        )
     tables = [("Per iteration, after warm-up (median of logged intervals)", head, rows)]
     metrics = [m for m in GAP_METRICS if all(srcs[n]["summary"]["rates"].get(m) for n in ("mock", "real"))]
     if gaps:
-        tables.append(("mock/real gaps (95% CI)",
-                       ["source / real", *[METRIC_LABELS[m] for m in metrics]],
-                       [[src, *[_ci(g.get(m)) for m in metrics]] for src, g in gaps.items()]))
+        tables.append(
+            (
+                "mock/real gaps (95% CI)",
+                ["source / real", *[METRIC_LABELS[m] for m in metrics]],
+                [[src, *[_ci(g.get(m)) for m in metrics]] for src, g in gaps.items()],
+            )
+        )
     return {"lines": lines, "tables": tables, "plot_metrics": metrics}

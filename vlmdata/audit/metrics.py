@@ -33,9 +33,15 @@ RATES = {
     "visual_tokens_per_s": "tokens_visual",
     "tflops": "flops",  # per GPU: divided by world size and 1e12
 }
-RATE_LABELS = {"samples_per_s": "samples/s", "images_per_s": "images/s", "tokens_per_s": "tokens/s",
-               "nonpad_tokens_per_s": "non-pad tokens/s", "loss_tokens_per_s": "loss tokens/s",
-               "visual_tokens_per_s": "visual tokens/s", "tflops": "TFLOP/s/GPU"}
+RATE_LABELS = {
+    "samples_per_s": "samples/s",
+    "images_per_s": "images/s",
+    "tokens_per_s": "tokens/s",
+    "nonpad_tokens_per_s": "non-pad tokens/s",
+    "loss_tokens_per_s": "loss tokens/s",
+    "visual_tokens_per_s": "visual tokens/s",
+    "tflops": "TFLOP/s/GPU",
+}
 TOKEN_DEFINITIONS = {
     "tokens_total": "every position of the batch, padding included (what the step computes)",
     "tokens_nonpad": "text + visual tokens of the samples, padding excluded (what the decoder processes for them)",
@@ -43,8 +49,19 @@ TOKEN_DEFINITIONS = {
     "tokens_visual": "<|image_pad|> tokens: the vision encoder's output, one per 2x2 merged patch",
     "tokens_padding": "padding positions (pad id after the last real token of a row, or attention_mask == 0)",
 }
-STAGE_ORDER = ("data_wait", "prep", "h2d", "forward_other", "vision", "projector", "lm_forward",
-               "lm_head_loss", "backward", "optimizer", "other")
+STAGE_ORDER = (
+    "data_wait",
+    "prep",
+    "h2d",
+    "forward_other",
+    "vision",
+    "projector",
+    "lm_forward",
+    "lm_head_loss",
+    "backward",
+    "optimizer",
+    "other",
+)
 
 
 def _column(records: list[dict], key: str) -> np.ndarray | None:
@@ -82,8 +99,11 @@ def stage_split(records: list[dict]) -> dict[str, float]:
     for r in records:
         t, wait = r.get("times_ms") or {}, r.get("data_wait_ms") or 0.0
         covered = wait + t.get("total", 0.0)
-        parts = {"data_wait": wait, **{k: v for k, v in t.items() if k != "total"},
-                 "other": max(r["step_ms"] - covered, 0.0)}
+        parts = {
+            "data_wait": wait,
+            **{k: v for k, v in t.items() if k != "total"},
+            "other": max(r["step_ms"] - covered, 0.0),
+        }
         for k, v in parts.items():
             out[k] = out.get(k, 0.0) + float(v) / n
     return {k: out[k] for k in (*STAGE_ORDER, *sorted(set(out) - set(STAGE_ORDER))) if k in out}
@@ -99,8 +119,12 @@ def data_wait_split(records: list[dict]) -> dict | None:
     out = {}
     for kind in ("steady", "epoch_boundary"):
         waits = [r.get("data_wait_ms") or 0.0 for r in records if r.get("wait_kind", "steady") == kind]
-        out[kind] = {"steps": len(waits), "ms": float(sum(waits)), "fraction": float(sum(waits)) / total,
-                     "max_ms": float(max(waits)) if waits else 0.0}
+        out[kind] = {
+            "steps": len(waits),
+            "ms": float(sum(waits)),
+            "fraction": float(sum(waits)) / total,
+            "max_ms": float(max(waits)) if waits else 0.0,
+        }
     return out
 
 
@@ -110,23 +134,35 @@ def summarize(records: list[dict], world_size: int = 1) -> dict:
         raise ValueError("no measured steps")
     ms = _column(records, "step_ms")
     assert ms is not None  # every step record carries step_ms (runner, distributed, logs)
-    out = {"steps": len(records), "world_size": world_size,
-           "step_ms": {"median": _pct(ms, 50), "p10": _pct(ms, 10), "p90": _pct(ms, 90), "mean": float(ms.mean()),
-                       "std": float(ms.std(ddof=1)) if len(ms) > 1 else 0.0,
-                       "iqr": _pct(ms, 75) - _pct(ms, 25), "min": float(ms.min()), "max": float(ms.max())}}
+    out = {
+        "steps": len(records),
+        "world_size": world_size,
+        "step_ms": {
+            "median": _pct(ms, 50),
+            "p10": _pct(ms, 10),
+            "p90": _pct(ms, 90),
+            "mean": float(ms.mean()),
+            "std": float(ms.std(ddof=1)) if len(ms) > 1 else 0.0,
+            "iqr": _pct(ms, 75) - _pct(ms, 25),
+            "min": float(ms.min()),
+            "max": float(ms.max()),
+        },
+    }
     out["step_ms"]["cv"] = out["step_ms"]["std"] / out["step_ms"]["mean"] if out["step_ms"]["mean"] else 0.0
     out["rates"] = {name: rate(records, name, world_size) for name in RATES}
     shape = {}
     samples = _column(records, "samples")
     for key in ("images", "tokens_total", "tokens_nonpad", "tokens_loss", "tokens_visual", "tokens_padding", "flops"):
         col = _column(records, key)
-        shape[f"{key}_per_sample"] = None if col is None or samples is None or samples.sum() == 0 \
-            else float(col.sum() / samples.sum())
+        shape[f"{key}_per_sample"] = (
+            None if col is None or samples is None or samples.sum() == 0 else float(col.sum() / samples.sum())
+        )
     tt, pad = _column(records, "tokens_total"), _column(records, "tokens_padding")
     shape["padding_fraction"] = None if tt is None or pad is None or tt.sum() == 0 else float(pad.sum() / tt.sum())
     nonpad = _column(records, "tokens_nonpad")
-    shape["ms_per_1k_nonpad_tokens"] = None if nonpad is None or nonpad.sum() == 0 \
-        else float(ms.sum() / nonpad.sum() * 1e3)
+    shape["ms_per_1k_nonpad_tokens"] = (
+        None if nonpad is None or nonpad.sum() == 0 else float(ms.sum() / nonpad.sum() * 1e3)
+    )
     shape["ms_per_sample"] = None if samples is None or samples.sum() == 0 else float(ms.sum() / samples.sum())
     out["shape"] = shape
     out["stages_ms"] = stage_split(records)
@@ -149,8 +185,18 @@ def _rate_arrays(records: list[dict], name: str) -> tuple[np.ndarray, np.ndarray
     return None if work is None or ms is None else (work, ms)
 
 
-def ratio_ci(num: list[dict], den: list[dict], name: str, *, world_num: int = 1, world_den: int = 1,
-             paired: bool = False, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> dict | None:
+def ratio_ci(
+    num: list[dict],
+    den: list[dict],
+    name: str,
+    *,
+    world_num: int = 1,
+    world_den: int = 1,
+    paired: bool = False,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> dict | None:
     """rate(num)/rate(den) with a percentile bootstrap interval, vectorised.
 
     ``paired``: step ``k`` of both lists belongs together (same sample positions, same round), so step
@@ -170,14 +216,23 @@ def ratio_ci(num: list[dict], den: list[dict], name: str, *, world_num: int = 1,
         ratios = (wa[ia].sum(1) / ta[ia].sum(1) / world_num) / (wb[ib].sum(1) / tb[ib].sum(1) / world_den)
     ratios = ratios[np.isfinite(ratios)]
     tail = (1 - level) / 2 * 100
-    lo, hi = (float(np.percentile(ratios, tail)), float(np.percentile(ratios, 100 - tail))) if ratios.size \
-        else (None, None)
-    return {"ratio": a / b, "lo": lo, "hi": hi, "level": level, "n_boot": n_boot, "paired": paired,
-            "steps": [len(wa), len(wb)]}
+    lo, hi = (
+        (float(np.percentile(ratios, tail)), float(np.percentile(ratios, 100 - tail))) if ratios.size else (None, None)
+    )
+    return {
+        "ratio": a / b,
+        "lo": lo,
+        "hi": hi,
+        "level": level,
+        "n_boot": n_boot,
+        "paired": paired,
+        "steps": [len(wa), len(wb)],
+    }
 
 
-def rate_ci(records: list[dict], name: str, *, world_size: int = 1, n_boot: int = 2000, level: float = 0.95,
-            seed: int = 0) -> dict | None:
+def rate_ci(
+    records: list[dict], name: str, *, world_size: int = 1, n_boot: int = 2000, level: float = 0.95, seed: int = 0
+) -> dict | None:
     """One source's rate with a percentile bootstrap interval over its steps (None without the rate)."""
     value = rate(records, name, world_size)
     arrays = _rate_arrays(records, name)
@@ -189,5 +244,9 @@ def rate_ci(records: list[dict], name: str, *, world_size: int = 1, n_boot: int 
         boots = work[idx].sum(1) / (ms[idx].sum(1) / 1e3) / (world_size * 1e12 if name == "tflops" else 1)
     boots = boots[np.isfinite(boots)]
     tail = (1 - level) / 2 * 100
-    return {"rate": value, "lo": float(np.percentile(boots, tail)), "hi": float(np.percentile(boots, 100 - tail)),
-            "level": level}
+    return {
+        "rate": value,
+        "lo": float(np.percentile(boots, tail)),
+        "hi": float(np.percentile(boots, 100 - tail)),
+        "level": level,
+    }

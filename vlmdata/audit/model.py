@@ -33,48 +33,121 @@ VISION_START_TOKEN_ID = 151_652  # <|vision_start|>
 VISION_END_TOKEN_ID = 151_653  # <|vision_end|>
 PAD_TOKEN_ID = 151_643  # <|endoftext|>, Qwen's pad token
 
-_VISION_COMMON = dict(patch_size=16, temporal_patch_size=2, spatial_merge_size=2, in_channels=3,
-                      hidden_act="gelu_pytorch_tanh")
-_TEXT_COMMON = dict(vocab_size=QWEN_VOCAB_SIZE, hidden_act="silu", rms_norm_eps=1e-6,
-                    max_position_embeddings=262_144, tie_word_embeddings=False, attention_bias=False,
-                    decoder_sparse_step=1, mlp_only_layers=[], router_aux_loss_coef=0.001)
+_VISION_COMMON = dict(
+    patch_size=16, temporal_patch_size=2, spatial_merge_size=2, in_channels=3, hidden_act="gelu_pytorch_tanh"
+)
+_TEXT_COMMON = dict(
+    vocab_size=QWEN_VOCAB_SIZE,
+    hidden_act="silu",
+    rms_norm_eps=1e-6,
+    max_position_embeddings=262_144,
+    tie_word_embeddings=False,
+    attention_bias=False,
+    decoder_sparse_step=1,
+    mlp_only_layers=[],
+    router_aux_loss_coef=0.001,
+)
 
 
 def _rope(head_dim: int) -> dict:
     # MRoPE sections (t, h, w) split head_dim/2 frequencies like Qwen3-VL's [24, 20, 20] of 64.
     half = head_dim // 2
     hw = (half * 20) // 64
-    return {"rope_type": "default", "rope_theta": 5_000_000.0,
-            "mrope_section": [half - 2 * hw, hw, hw], "mrope_interleaved": True}
+    return {
+        "rope_type": "default",
+        "rope_theta": 5_000_000.0,
+        "mrope_section": [half - 2 * hw, hw, hw],
+        "mrope_interleaved": True,
+    }
 
 
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
-        vision=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
-                    num_position_embeddings=256, deepstack_visual_indexes=[0]),
-        text=dict(hidden_size=32, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16, num_experts=4, num_experts_per_tok=2,
-                  moe_intermediate_size=64),
-        tie_word_embeddings=True),  # the 151,936-row vocabulary dominates a tiny model's step time
+        vision=dict(
+            depth=2,
+            hidden_size=64,
+            intermediate_size=128,
+            num_heads=4,
+            num_position_embeddings=256,
+            deepstack_visual_indexes=[0],
+        ),
+        text=dict(
+            hidden_size=32,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+        ),
+        tie_word_embeddings=True,
+    ),  # the 151,936-row vocabulary dominates a tiny model's step time
     "small": dict(
-        vision=dict(depth=4, hidden_size=256, intermediate_size=1024, num_heads=4,
-                    num_position_embeddings=2304, deepstack_visual_indexes=[1, 2]),
-        text=dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=8,
-                  num_key_value_heads=4, head_dim=64, num_experts=8, num_experts_per_tok=2,
-                  moe_intermediate_size=512)),
+        vision=dict(
+            depth=4,
+            hidden_size=256,
+            intermediate_size=1024,
+            num_heads=4,
+            num_position_embeddings=2304,
+            deepstack_visual_indexes=[1, 2],
+        ),
+        text=dict(
+            hidden_size=512,
+            intermediate_size=1536,
+            num_hidden_layers=4,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            head_dim=64,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=512,
+        ),
+    ),
     "h200": dict(  # vision = Qwen3-VL-30B-A3B's tower; decoder = its width, 12 layers, 32 experts
-        vision=dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16,
-                    num_position_embeddings=2304, deepstack_visual_indexes=[8, 16, 24]),
-        text=dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=12, num_attention_heads=32,
-                  num_key_value_heads=4, head_dim=128, num_experts=32, num_experts_per_tok=8,
-                  moe_intermediate_size=768)),
+        vision=dict(
+            depth=27,
+            hidden_size=1152,
+            intermediate_size=4304,
+            num_heads=16,
+            num_position_embeddings=2304,
+            deepstack_visual_indexes=[8, 16, 24],
+        ),
+        text=dict(
+            hidden_size=2048,
+            intermediate_size=6144,
+            num_hidden_layers=12,
+            num_attention_heads=32,
+            num_key_value_heads=4,
+            head_dim=128,
+            num_experts=32,
+            num_experts_per_tok=8,
+            moe_intermediate_size=768,
+        ),
+    ),
     "h200-large": dict(
-        vision=dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16,
-                    num_position_embeddings=2304, deepstack_visual_indexes=[8, 16, 24]),
-        text=dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=24, num_attention_heads=32,
-                  num_key_value_heads=4, head_dim=128, num_experts=64, num_experts_per_tok=8,
-                  moe_intermediate_size=768),
-        master_weights=False),  # bf16 weights and bf16 AdamW state: fp32 masters would not fit
+        vision=dict(
+            depth=27,
+            hidden_size=1152,
+            intermediate_size=4304,
+            num_heads=16,
+            num_position_embeddings=2304,
+            deepstack_visual_indexes=[8, 16, 24],
+        ),
+        text=dict(
+            hidden_size=2048,
+            intermediate_size=6144,
+            num_hidden_layers=24,
+            num_attention_heads=32,
+            num_key_value_heads=4,
+            head_dim=128,
+            num_experts=64,
+            num_experts_per_tok=8,
+            moe_intermediate_size=768,
+        ),
+        master_weights=False,
+    ),  # bf16 weights and bf16 AdamW state: fp32 masters would not fit
 }
 
 
@@ -89,17 +162,28 @@ def build_config(preset: str, attn_implementation: str | None = None):
     vision = {**_VISION_COMMON, **p["vision"], "out_hidden_size": text["hidden_size"]}
     tie = p.get("tie_word_embeddings", False)
     text["tie_word_embeddings"] = tie
-    cfg = Qwen3VLMoeConfig(text_config=text, vision_config=vision, image_token_id=IMAGE_TOKEN_ID,
-                           video_token_id=VIDEO_TOKEN_ID, vision_start_token_id=VISION_START_TOKEN_ID,
-                           vision_end_token_id=VISION_END_TOKEN_ID, tie_word_embeddings=tie)
+    cfg = Qwen3VLMoeConfig(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=IMAGE_TOKEN_ID,
+        video_token_id=VIDEO_TOKEN_ID,
+        vision_start_token_id=VISION_START_TOKEN_ID,
+        vision_end_token_id=VISION_END_TOKEN_ID,
+        tie_word_embeddings=tie,
+    )
     if attn_implementation is not None:
         cfg._attn_implementation = attn_implementation
     return cfg
 
 
-def build_model(preset: str = "tiny", device: str | torch.device = "cpu",
-                dtype: torch.dtype | None = None, *, seed: int = 0,
-                attn_implementation: str | None = None):
+def build_model(
+    preset: str = "tiny",
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    *,
+    seed: int = 0,
+    attn_implementation: str | None = None,
+):
     """Build ``Qwen3VLMoeForConditionalGeneration`` for ``preset`` with random weights.
 
     ``dtype=None``: bf16 on CUDA (the training step then keeps fp32 master weights in the
@@ -135,8 +219,12 @@ def state_bytes(n_params: int, dtype: torch.dtype, master_weights: bool = True) 
     """
     w = torch.empty((), dtype=dtype).element_size()
     master = dtype != torch.float32 and master_weights
-    out = {"weights": n_params * w, "grads": n_params * w, "master": n_params * 4 if master else 0,
-           "adam": n_params * (8 if master else 2 * w)}
+    out = {
+        "weights": n_params * w,
+        "grads": n_params * w,
+        "master": n_params * 4 if master else 0,
+        "adam": n_params * (8 if master else 2 * w),
+    }
     out["total"] = sum(out.values())
     out["optimizer_transient"] = n_params * 4 if master else 0
     return out
@@ -157,8 +245,9 @@ def model_summary(model) -> dict[str, Any]:
     total = _count(model)
     vision = _count(model.model.visual)
     projector = _count(model.model.visual.merger) + _count(model.model.visual.deepstack_merger_list)
-    experts = sum(_count(layer.mlp.experts) for layer in model.model.language_model.layers
-                  if hasattr(layer.mlp, "experts"))
+    experts = sum(
+        _count(layer.mlp.experts) for layer in model.model.language_model.layers if hasattr(layer.mlp, "experts")
+    )
     active = total - experts + experts * tc.num_experts_per_tok // tc.num_experts
     embed = model.model.language_model.embed_tokens.weight.numel()
     p = next(model.parameters())
@@ -176,14 +265,36 @@ def model_summary(model) -> dict[str, Any]:
         "master_weights": p.dtype != torch.float32 and master,
         "state_bytes": state_bytes(total, p.dtype, master),
         "config": {
-            "vision": {k: getattr(vc, k) for k in (
-                "depth", "hidden_size", "intermediate_size", "num_heads", "patch_size",
-                "temporal_patch_size", "spatial_merge_size", "out_hidden_size",
-                "num_position_embeddings")} | {"deepstack_visual_indexes": list(vc.deepstack_visual_indexes)},
-            "text": {k: getattr(tc, k) for k in (
-                "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "num_experts", "num_experts_per_tok",
-                "moe_intermediate_size", "tie_word_embeddings")},
+            "vision": {
+                k: getattr(vc, k)
+                for k in (
+                    "depth",
+                    "hidden_size",
+                    "intermediate_size",
+                    "num_heads",
+                    "patch_size",
+                    "temporal_patch_size",
+                    "spatial_merge_size",
+                    "out_hidden_size",
+                    "num_position_embeddings",
+                )
+            }
+            | {"deepstack_visual_indexes": list(vc.deepstack_visual_indexes)},
+            "text": {
+                k: getattr(tc, k)
+                for k in (
+                    "vocab_size",
+                    "hidden_size",
+                    "num_hidden_layers",
+                    "num_attention_heads",
+                    "num_key_value_heads",
+                    "head_dim",
+                    "num_experts",
+                    "num_experts_per_tok",
+                    "moe_intermediate_size",
+                    "tie_word_embeddings",
+                )
+            },
             "image_token_id": cfg.image_token_id,
             "attn_implementation": cfg._attn_implementation,
             "experts_implementation": getattr(tc, "_experts_implementation", None),

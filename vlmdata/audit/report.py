@@ -21,12 +21,33 @@ from vlmdata.audit.metrics import STAGE_ORDER, TOKEN_DEFINITIONS, rate_ci, summa
 from vlmdata.audit.verdict import GAP_METRICS, METRIC_LABELS, decide
 
 SCHEMA = "vlmdata.audit/2"
-RATE_COLUMNS = [("samples_per_s", "samples/s"), ("images_per_s", "images/s"), ("nonpad_tokens_per_s", "non-pad tok/s"),
-                ("loss_tokens_per_s", "loss tok/s"), ("visual_tokens_per_s", "visual tok/s"),
-                ("tflops", "TFLOP/s/GPU")]
+RATE_COLUMNS = [
+    ("samples_per_s", "samples/s"),
+    ("images_per_s", "images/s"),
+    ("nonpad_tokens_per_s", "non-pad tok/s"),
+    ("loss_tokens_per_s", "loss tok/s"),
+    ("visual_tokens_per_s", "visual tok/s"),
+    ("tflops", "TFLOP/s/GPU"),
+]
 # one fixed colour per stage (tab20 has 20 distinct colours; stages never share one)
-STAGE_COLOURS = dict(zip(STAGE_ORDER, ("#7f7f7f", "#bcbd22", "#17becf", "#9467bd", "#d62728", "#ff7f0e", "#1f77b4",
-                                       "#8c564b", "#2ca02c", "#e377c2", "#000000")))
+STAGE_COLOURS = dict(
+    zip(
+        STAGE_ORDER,
+        (
+            "#7f7f7f",
+            "#bcbd22",
+            "#17becf",
+            "#9467bd",
+            "#d62728",
+            "#ff7f0e",
+            "#1f77b4",
+            "#8c564b",
+            "#2ca02c",
+            "#e377c2",
+            "#000000",
+        ),
+    )
+)
 
 
 def build_report(results: list[dict], *, threshold: float, straggler_ratio: float = 1.10, seed: int = 0) -> dict:
@@ -34,11 +55,21 @@ def build_report(results: list[dict], *, threshold: float, straggler_ratio: floa
     first = results[0]
     world = len(results)
     interleaved = (first.get("measurement") or {}).get("method") == "interleaved"
-    report = {"schema": SCHEMA, "kind": "run", "config": first["config"], "environment": first["environment"],
-              "workload": first["workload"], "world_size": world, "measurement": first.get("measurement"),
-              "definitions": {"tokens": TOKEN_DEFINITIONS,
-                              "sources": {n: s.get("definition") for n, s in first["sources"].items()}},
-              "sources": {}, "stragglers": {}}
+    report = {
+        "schema": SCHEMA,
+        "kind": "run",
+        "config": first["config"],
+        "environment": first["environment"],
+        "workload": first["workload"],
+        "world_size": world,
+        "measurement": first.get("measurement"),
+        "definitions": {
+            "tokens": TOKEN_DEFINITIONS,
+            "sources": {n: s.get("definition") for n, s in first["sources"].items()},
+        },
+        "sources": {},
+        "stragglers": {},
+    }
     runs = {}
     for name in first["sources"]:
         if first["sources"][name].get("oom") or not first["sources"][name]["records"]:
@@ -47,8 +78,11 @@ def build_report(results: list[dict], *, threshold: float, straggler_ratio: floa
             continue
         per_rank = [r["sources"][name]["records"] for r in results]
         records = per_rank[0] if world == 1 else merge_ranks(per_rank)
-        src = {"summary": summarize(records, world), "records": records,
-               **{k: v for k, v in first["sources"][name].items() if k not in ("records", "world_size")}}
+        src = {
+            "summary": summarize(records, world),
+            "records": records,
+            **{k: v for k, v in first["sources"][name].items() if k not in ("records", "world_size")},
+        }
         if world > 1:
             src["per_rank"] = [summarize(recs) for recs in per_rank]
             report["stragglers"][name] = find_stragglers(per_rank, straggler_ratio)
@@ -65,6 +99,7 @@ def build_report(results: list[dict], *, threshold: float, straggler_ratio: floa
 
 # ----------------------------------------------------------------------------- tables (shared by md and html)
 
+
 def _f(v, fmt="{:.3g}") -> str:
     return "-" if v is None else fmt.format(v)
 
@@ -79,8 +114,15 @@ def _oom_cell(src: dict) -> str:
 
 
 def source_rows(report: dict) -> tuple[list[str], list[list[str]]]:
-    head = ["source", "steps", "step ms (median [p10, p90])", *[c for _, c in RATE_COLUMNS], "data wait", "padding",
-            "peak mem GB"]
+    head = [
+        "source",
+        "steps",
+        "step ms (median [p10, p90])",
+        *[c for _, c in RATE_COLUMNS],
+        "data wait",
+        "padding",
+        "peak mem GB",
+    ]
     rows = []
     for name, src in report["sources"].items():
         s = src.get("summary")
@@ -89,51 +131,97 @@ def source_rows(report: dict) -> tuple[list[str], list[list[str]]]:
             continue
         st = s["step_ms"]
         pm = s.get("peak_mem_bytes")
-        rows.append([name, str(s["steps"]), f"{st['median']:.1f} [{st['p10']:.1f}, {st['p90']:.1f}]",
-                     *[_f(s["rates"].get(k)) for k, _ in RATE_COLUMNS],
-                     _f(s.get("data_wait_fraction"), "{:.1%}"), _f(s["shape"].get("padding_fraction"), "{:.1%}"),
-                     _f(None if pm is None else pm / 1e9, "{:.1f}")])
+        rows.append(
+            [
+                name,
+                str(s["steps"]),
+                f"{st['median']:.1f} [{st['p10']:.1f}, {st['p90']:.1f}]",
+                *[_f(s["rates"].get(k)) for k, _ in RATE_COLUMNS],
+                _f(s.get("data_wait_fraction"), "{:.1%}"),
+                _f(s["shape"].get("padding_fraction"), "{:.1%}"),
+                _f(None if pm is None else pm / 1e9, "{:.1f}"),
+            ]
+        )
     return head, rows
 
 
 def shape_rows(report: dict) -> tuple[list[str], list[list[str]]]:
-    head = ["source", "images/sample", "tokens/sample (padded)", "non-pad tok/sample", "loss tok/sample",
-            "visual tok/sample", "GFLOP/sample", "ms/sample", "ms per 1k non-pad tok"]
+    head = [
+        "source",
+        "images/sample",
+        "tokens/sample (padded)",
+        "non-pad tok/sample",
+        "loss tok/sample",
+        "visual tok/sample",
+        "GFLOP/sample",
+        "ms/sample",
+        "ms per 1k non-pad tok",
+    ]
     rows = []
     for name, src in measured(report):
         sh = src["summary"]["shape"]
         fl = sh.get("flops_per_sample")
-        rows.append([name, _f(sh.get("images_per_sample")), _f(sh.get("tokens_total_per_sample")),
-                     _f(sh.get("tokens_nonpad_per_sample")), _f(sh.get("tokens_loss_per_sample")),
-                     _f(sh.get("tokens_visual_per_sample")), _f(None if fl is None else fl / 1e9),
-                     _f(sh.get("ms_per_sample")), _f(sh.get("ms_per_1k_nonpad_tokens"))])
+        rows.append(
+            [
+                name,
+                _f(sh.get("images_per_sample")),
+                _f(sh.get("tokens_total_per_sample")),
+                _f(sh.get("tokens_nonpad_per_sample")),
+                _f(sh.get("tokens_loss_per_sample")),
+                _f(sh.get("tokens_visual_per_sample")),
+                _f(None if fl is None else fl / 1e9),
+                _f(sh.get("ms_per_sample")),
+                _f(sh.get("ms_per_1k_nonpad_tokens")),
+            ]
+        )
     return head, rows
 
 
 def measurement_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     """How each source's figures were obtained: steps, start-up and epoch-boundary waits, first-seen
     shapes inside timed steps (expected 0), census mismatches, pairing with real."""
-    head = ["source", "steps", "paired with real", "start-up wait ms", "epoch boundaries (steps, ms)",
-            "steady data wait", "first-seen shapes in timed steps", "batches unlike the census"]
+    head = [
+        "source",
+        "steps",
+        "paired with real",
+        "start-up wait ms",
+        "epoch boundaries (steps, ms)",
+        "steady data wait",
+        "first-seen shapes in timed steps",
+        "batches unlike the census",
+    ]
     rows = []
     for name, src in measured(report):
         s = src["summary"]
         dw = s.get("data_wait") or {}
         eb, st = dw.get("epoch_boundary") or {}, dw.get("steady") or {}
         pairing = src.get("pairing")
-        paired = "-" if name == "real" else ("no" if not pairing else
-                                             f"{pairing['same_samples']}/{pairing['steps']} steps same samples")
-        rows.append([name, str(s["steps"]), paired, _f(src.get("startup_wait_ms"), "{:.0f}"),
-                     f"{eb.get('steps', 0)}, {eb.get('ms', 0.0):.0f}" if dw else "-",
-                     _f(st.get("fraction"), "{:.2%}"), str(s.get("first_seen_shapes", "-")),
-                     str((src.get("census") or {}).get("mismatched_steps", "-"))])
+        paired = (
+            "-"
+            if name == "real"
+            else ("no" if not pairing else f"{pairing['same_samples']}/{pairing['steps']} steps same samples")
+        )
+        rows.append(
+            [
+                name,
+                str(s["steps"]),
+                paired,
+                _f(src.get("startup_wait_ms"), "{:.0f}"),
+                f"{eb.get('steps', 0)}, {eb.get('ms', 0.0):.0f}" if dw else "-",
+                _f(st.get("fraction"), "{:.2%}"),
+                str(s.get("first_seen_shapes", "-")),
+                str((src.get("census") or {}).get("mismatched_steps", "-")),
+            ]
+        )
     return head, rows
 
 
 def stage_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     stages = [k for k in STAGE_ORDER if any(k in s["summary"]["stages_ms_per_sample"] for _, s in measured(report))]
-    rows = [[name, *[_f(src["summary"]["stages_ms_per_sample"].get(k), "{:.2f}") for k in stages]]
-            for name, src in measured(report)]
+    rows = [
+        [name, *[_f(src["summary"]["stages_ms_per_sample"].get(k), "{:.2f}") for k in stages]]
+        for name, src in measured(report)
+    ]
     return ["source (ms per sample)", *stages], rows
 
 
@@ -144,23 +232,44 @@ def gap_rows(verdict: dict) -> tuple[list[str], list[list[str]]]:
         cells = []
         for m in GAP_METRICS:
             ci = g.get(m)
-            cells.append("-" if ci is None else f"{ci['ratio']:.3f}" + (
-                f" [{ci['lo']:.3f}, {ci['hi']:.3f}]" if ci.get("lo") is not None else ""))
+            cells.append(
+                "-"
+                if ci is None
+                else f"{ci['ratio']:.3f}" + (f" [{ci['lo']:.3f}, {ci['hi']:.3f}]" if ci.get("lo") is not None else "")
+            )
         rows.append([src, *cells, verdict["attribution"][src]["top_stage"] or "-"])
     return head, rows
 
 
 def rank_rows(report: dict) -> tuple[list[str], list[list[str]]]:
-    head = ["source", "rank", "samples/s", "TFLOP/s", "visual tok/step", "vs median", "straggler steps",
-            "forward ms", "flagged"]
+    head = [
+        "source",
+        "rank",
+        "samples/s",
+        "TFLOP/s",
+        "visual tok/step",
+        "vs median",
+        "straggler steps",
+        "forward ms",
+        "flagged",
+    ]
     rows = []
     for name, st in report.get("stragglers", {}).items():
         per = report["sources"][name].get("per_rank") or []
         for pr, s in zip(st["per_rank"], per):
-            rows.append([name, str(pr["rank"]), _f(s["rates"]["samples_per_s"]), _f(s["rates"]["tflops"]),
-                         f"{pr['visual_tokens_per_step']:.0f}", f"{pr['relative_to_median']:.2f}",
-                         f"{pr['straggler_step_fraction']:.0%}", f"{pr['forward_ms_mean']:.1f}",
-                         "yes" if pr["rank"] in st["flagged"] else ""])
+            rows.append(
+                [
+                    name,
+                    str(pr["rank"]),
+                    _f(s["rates"]["samples_per_s"]),
+                    _f(s["rates"]["tflops"]),
+                    f"{pr['visual_tokens_per_step']:.0f}",
+                    f"{pr['relative_to_median']:.2f}",
+                    f"{pr['straggler_step_fraction']:.0%}",
+                    f"{pr['forward_ms_mean']:.1f}",
+                    "yes" if pr["rank"] in st["flagged"] else "",
+                ]
+            )
     return head, rows
 
 
@@ -179,14 +288,27 @@ def sweep_rows(report: dict) -> tuple[list[str], list[list[str]]]:
 
 def decision_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     d = report["decisions"]
-    head = ["mock", "its best configuration", "real's best", "same", "Kendall tau (vs real)",
-            "regret (real throughput lost)"]
+    head = [
+        "mock",
+        "its best configuration",
+        "real's best",
+        "same",
+        "Kendall tau (vs real)",
+        "regret (real throughput lost)",
+    ]
     rows = []
     for name, m in d["mocks"].items():
         regret = m["regret"]
-        rows.append([name, m["choice"] or "-", m["real_best"] or "-", "yes" if m["same"] else "no",
-                     _f(m["kendall_tau"], "{:.2f}"),
-                     "-" if regret is None else (str(m["choice_on_real"]) if regret == float("inf") else f"{regret:.1%}")])
+        rows.append(
+            [
+                name,
+                m["choice"] or "-",
+                m["real_best"] or "-",
+                "yes" if m["same"] else "no",
+                _f(m["kendall_tau"], "{:.2f}"),
+                "-" if regret is None else (str(m["choice_on_real"]) if regret == float("inf") else f"{regret:.1%}"),
+            ]
+        )
     return head, rows
 
 
@@ -195,11 +317,18 @@ def _tables(report: dict) -> list[tuple[str, tuple]]:
         return [(title, (head, rows)) for title, head, rows in report_content(report)["tables"]]
     if report.get("kind") == "sweep":
         lim = report["decisions"].get("memory_limit_gb")
-        return [("Decisions: each mock's best configuration on real data", decision_rows(report)),
-                ("Every configuration on every source" + (f" (* = peak memory over {lim} GB)" if lim else ""),
-                 sweep_rows(report))]
-    t = [("Throughput per source", source_rows(report)), ("Workload shape", shape_rows(report)),
-         ("Stage split", stage_rows(report))]
+        return [
+            ("Decisions: each mock's best configuration on real data", decision_rows(report)),
+            (
+                "Every configuration on every source" + (f" (* = peak memory over {lim} GB)" if lim else ""),
+                sweep_rows(report),
+            ),
+        ]
+    t = [
+        ("Throughput per source", source_rows(report)),
+        ("Workload shape", shape_rows(report)),
+        ("Stage split", stage_rows(report)),
+    ]
     if report.get("measurement"):
         t.append(("How it was measured", measurement_rows(report)))
     if report.get("verdict"):
@@ -210,6 +339,7 @@ def _tables(report: dict) -> list[tuple[str, tuple]]:
 
 
 # ----------------------------------------------------------------------------- plots
+
 
 def plots(report: dict) -> dict[str, bytes]:
     """PNG bytes: throughput per source with intervals, stacked stages, visual tokens per sample."""
@@ -243,8 +373,11 @@ def plots(report: dict) -> dict[str, bytes]:
         ax.bar(names, vals, yerr=err, capsize=4, color=["#c44" if n != "real" else "#4a4" for n in names])
         ax.set_title(METRIC_LABELS[m])
         ax.tick_params(axis="x", labelrotation=20, labelsize=8)
-    fig.suptitle("throughput per source (error bars: 95% bootstrap intervals; real: of its own rate, "
-                 "others: of the ratio to real)", fontsize=9)
+    fig.suptitle(
+        "throughput per source (error bars: 95% bootstrap intervals; real: of its own rate, "
+        "others: of the ratio to real)",
+        fontsize=9,
+    )
     fig.tight_layout()
     out["throughput"] = _png(fig, plt)
     if logs:  # logs carry no stage times or visual tokens
@@ -310,8 +443,14 @@ def _visual_plot(plt, names, sums) -> bytes:
     for n, s in zip(names, sums):
         if s["visual_tokens_per_sample"]:
             # outlines, not filled bars: paired sources coincide and would hide each other
-            ax.hist(s["visual_tokens_per_sample"], bins=bins, range=(min(allv), max(allv) + 1), histtype="step",
-                    linewidth=1.8, label=f"{n} (n={len(s['visual_tokens_per_sample'])})")
+            ax.hist(
+                s["visual_tokens_per_sample"],
+                bins=bins,
+                range=(min(allv), max(allv) + 1),
+                histtype="step",
+                linewidth=1.8,
+                label=f"{n} (n={len(s['visual_tokens_per_sample'])})",
+            )
     ax.set_xlabel("visual tokens per sample")
     ax.set_title("distribution of visual tokens per sample")
     ax.legend(fontsize=8)
@@ -328,6 +467,7 @@ def _png(fig, plt) -> bytes:
 
 # ----------------------------------------------------------------------------- writers
 
+
 def _md_table(head, rows) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
@@ -341,8 +481,19 @@ def _env_line(report: dict) -> str:
 
 def _settings(report: dict) -> str:
     c = report.get("config") or {}
-    keys = ("preset", "device", "seq_length", "micro_batch_size", "num_workers", "seed", "logits", "real",
-            "profile", "step", "loader_options")
+    keys = (
+        "preset",
+        "device",
+        "seq_length",
+        "micro_batch_size",
+        "num_workers",
+        "seed",
+        "logits",
+        "real",
+        "profile",
+        "step",
+        "loader_options",
+    )
     return ", ".join(f"{k} {c[k]}" for k in keys if c.get(k) is not None)
 
 
@@ -355,8 +506,11 @@ def _definitions_html(report: dict) -> str:
     defs = _definitions(report)
     if not defs:
         return ""
-    return "<h2>Definitions</h2><dl>" + "".join(f"<dt><b>{html.escape(k)}</b></dt><dd>{html.escape(v)}</dd>"
-                                               for k, v in defs) + "</dl>"
+    return (
+        "<h2>Definitions</h2><dl>"
+        + "".join(f"<dt><b>{html.escape(k)}</b></dt><dd>{html.escape(v)}</dd>" for k, v in defs)
+        + "</dl>"
+    )
 
 
 def _loads(values) -> str:
@@ -368,12 +522,14 @@ def _method_line(report: dict) -> str:
     if not m:
         return ""
     w = m.get("warmup") or {}
-    return (f"{m.get('steps_per_source')} steps per source in {m.get('rounds')} interleaved rounds of "
-            f"{m.get('block')} (order rotating each round), stopped by {m.get('stop')}; every shape warmed first "
-            f"({w.get('shape_batches')} warm-up batches, {w.get('shape_items')} shape items, "
-            f"{w.get('seconds', 0):.1f} s) and {w.get('loader_steps_per_source')} untimed step(s) per source after "
-            f"its loader started; load average {_loads(report.get('environment', {}).get('load_average'))} at the "
-            f"start, {_loads(m.get('load_average_end'))} at the end.")
+    return (
+        f"{m.get('steps_per_source')} steps per source in {m.get('rounds')} interleaved rounds of "
+        f"{m.get('block')} (order rotating each round), stopped by {m.get('stop')}; every shape warmed first "
+        f"({w.get('shape_batches')} warm-up batches, {w.get('shape_items')} shape items, "
+        f"{w.get('seconds', 0):.1f} s) and {w.get('loader_steps_per_source')} untimed step(s) per source after "
+        f"its loader started; load average {_loads(report.get('environment', {}).get('load_average'))} at the "
+        f"start, {_loads(m.get('load_average_end'))} at the end."
+    )
 
 
 def _head_lines(report: dict) -> list[tuple[str, str]]:
@@ -382,13 +538,20 @@ def _head_lines(report: dict) -> list[tuple[str, str]]:
     if report.get("kind") == "logs":
         return report_content(report)["lines"]
     if report.get("kind") == "sweep":
-        grid = ", ".join(f"{k} {'/'.join(str(int(x) if isinstance(x, bool) else x) for x in v)}"
-                         for k, v in report["sweep"].items())
-        return [("Sweep", f"{grid} ({len(report['configs'])} configurations, every one an audit of every source)"),
-                ("Settings", _settings(report)), ("Environment", _env_line(report)),
-                ("Definitions", "regret = 1 - real throughput of the mock's best configuration / real's best; "
-                                "infinite (oom) when the mock's choice runs out of memory on real data; Kendall tau "
-                                "= rank agreement of the mock's and real's throughputs over the configurations")]
+        grid = ", ".join(
+            f"{k} {'/'.join(str(int(x) if isinstance(x, bool) else x) for x in v)}" for k, v in report["sweep"].items()
+        )
+        return [
+            ("Sweep", f"{grid} ({len(report['configs'])} configurations, every one an audit of every source)"),
+            ("Settings", _settings(report)),
+            ("Environment", _env_line(report)),
+            (
+                "Definitions",
+                "regret = 1 - real throughput of the mock's best configuration / real's best; "
+                "infinite (oom) when the mock's choice runs out of memory on real data; Kendall tau "
+                "= rank agreement of the mock's and real's throughputs over the configurations",
+            ),
+        ]
     lines = [("Settings", _settings(report)), ("Environment", _env_line(report))]
     if _method_line(report):
         lines.append(("Method", _method_line(report)))
@@ -397,8 +560,12 @@ def _head_lines(report: dict) -> list[tuple[str, str]]:
 
 def markdown(report: dict) -> str:
     v = report.get("verdict")
-    parts = ["# vlmdata audit" + {"logs": " compare", "sweep": " sweep"}.get(report.get("kind") or "", ""), "",
-             f"**{v['line']}**" if v else "_no verdict (needs real and one other source)_", ""]
+    parts = [
+        "# vlmdata audit" + {"logs": " compare", "sweep": " sweep"}.get(report.get("kind") or "", ""),
+        "",
+        f"**{v['line']}**" if v else "_no verdict (needs real and one other source)_",
+        "",
+    ]
     for label, text in _head_lines(report):
         parts += [f"{label}: {text}" + ("" if text.endswith(".") else "."), ""]
     for title, (head, rows) in _tables(report):
@@ -414,27 +581,40 @@ def html_page(report: dict, pngs: dict[str, bytes] | None = None) -> str:
     esc = html.escape
     v = report.get("verdict")
     colour = "#b00" if v and v["status"] == "MISLEADING" else "#070"
-    body = ["<h1>vlmdata audit" + {"logs": " compare", "sweep": " sweep"}.get(report.get("kind") or "", "") + "</h1>",
-            f"<p style='font-size:1.2em;color:{colour}'><b>{esc(v['line'])}</b></p>" if v else
-            "<p><i>no verdict</i></p>"]
+    body = [
+        "<h1>vlmdata audit" + {"logs": " compare", "sweep": " sweep"}.get(report.get("kind") or "", "") + "</h1>",
+        f"<p style='font-size:1.2em;color:{colour}'><b>{esc(v['line'])}</b></p>" if v else "<p><i>no verdict</i></p>",
+    ]
     body += [f"<p><b>{esc(label)}:</b> {esc(text)}</p>" for label, text in _head_lines(report)]
     for title, (head, rows) in _tables(report):
-        body.append(f"<h2>{esc(title)}</h2><div class='scroll'><table><tr>"
-                    + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
-                    + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
-                    + "</table></div>")
+        body.append(
+            f"<h2>{esc(title)}</h2><div class='scroll'><table><tr>"
+            + "".join(f"<th>{esc(h)}</th>" for h in head)
+            + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+            + "</table></div>"
+        )
     if v and v.get("knobs"):
-        body.append("<h2>Knobs (largest first)</h2><ul>" + "".join(
-            f"<li><b>{esc(k['knob'])}</b>: {esc(k['message'])}</li>" for k in v["knobs"]) + "</ul>")
+        body.append(
+            "<h2>Knobs (largest first)</h2><ul>"
+            + "".join(f"<li><b>{esc(k['knob'])}</b>: {esc(k['message'])}</li>" for k in v["knobs"])
+            + "</ul>"
+        )
     for name, data in (pngs or {}).items():
-        body.append(f"<h2>{esc(name.replace('_', ' '))}</h2><img alt='{esc(name)}' "
-                    f"src='data:image/png;base64,{base64.b64encode(data).decode()}'>")
+        body.append(
+            f"<h2>{esc(name.replace('_', ' '))}</h2><img alt='{esc(name)}' "
+            f"src='data:image/png;base64,{base64.b64encode(data).decode()}'>"
+        )
     body.append(_definitions_html(report))
-    style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse}"
-             ".scroll{overflow-x:auto;max-width:100%}img{max-width:100%;height:auto}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}")
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>vlmdata audit</title><style>{style}</style>"
-            f"</head><body>{''.join(body)}</body></html>\n")
+    style = (
+        "body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse}"
+        ".scroll{overflow-x:auto;max-width:100%}img{max-width:100%;height:auto}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}"
+    )
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>vlmdata audit</title><style>{style}</style>"
+        f"</head><body>{''.join(body)}</body></html>\n"
+    )
 
 
 def write_report(report: dict, out_dir: str, with_plots: bool = True) -> dict[str, str]:

@@ -97,8 +97,10 @@ class AuditConfig:
         check_sources(tuple(self.sources))
         min_steps = self.max_steps if self.min_steps is None else self.min_steps
         if self.block < 1 or min_steps < 1 or self.max_steps < min_steps or self.warmup < 0:
-            raise AuditError(f"need block >= 1, 1 <= min_steps <= max_steps and warmup >= 0 (got block={self.block}, "
-                             f"min_steps={self.min_steps}, max_steps={self.max_steps}, warmup={self.warmup})")
+            raise AuditError(
+                f"need block >= 1, 1 <= min_steps <= max_steps and warmup >= 0 (got block={self.block}, "
+                f"min_steps={self.min_steps}, max_steps={self.max_steps}, warmup={self.warmup})"
+            )
         if self.budget_s <= 0 or not 0 < self.precision < 1:
             raise AuditError(f"need budget_s > 0 and 0 < precision < 1 (got {self.budget_s}, {self.precision})")
         if self.seq_length < 1 or self.micro_batch_size < 1:
@@ -135,14 +137,24 @@ def default_loader_factory() -> Callable:
 
 # ----------------------------------------------------------------------------- helpers
 
+
 def loader_options(cfg: AuditConfig, inp: Input, workers: int, images: str | None = None) -> LoaderOptions:
     """The ``LoaderOptions`` one source is opened with: the audit's settings, then ``cfg.loader_options``
     (the user's), then the source's own (e.g. the image-free view's ``images="drop"``)."""
     try:
-        opts = LoaderOptions(model=cfg.model_family, seq_length=cfg.seq_length, micro_batch_size=cfg.micro_batch_size,
-                             seed=cfg.seed, num_workers=workers, num_epochs=None,
-                             pin_memory=torch.device(cfg.device).type == "cuda" and workers > 0
-                             ).replace(**cfg.loader_options).replace(**inp.options)
+        opts = (
+            LoaderOptions(
+                model=cfg.model_family,
+                seq_length=cfg.seq_length,
+                micro_batch_size=cfg.micro_batch_size,
+                seed=cfg.seed,
+                num_workers=workers,
+                num_epochs=None,
+                pin_memory=torch.device(cfg.device).type == "cuda" and workers > 0,
+            )
+            .replace(**cfg.loader_options)
+            .replace(**inp.options)
+        )
         if images is not None and opts.images == "decode":  # "drop" stays "drop"
             opts = opts.replace(images=images)
         if opts.images != "decode":  # planning and image-free loaders decode nothing anywhere
@@ -220,36 +232,81 @@ def environment(device: str) -> dict:
     import transformers
 
     dev = torch.device(device)
-    env = {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__,
-           "transformers": transformers.__version__, "numpy": numpy.__version__, "vlmdata": __version__,
-           "device": str(dev), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-           "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+    env = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "numpy": numpy.__version__,
+        "vlmdata": __version__,
+        "device": str(dev),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
     if dev.type == "cuda":
-        env.update(device_name=torch.cuda.get_device_name(dev), cuda=torch.version.cuda,
-                   cudnn=torch.backends.cudnn.version(),
-                   # torch.cuda.nccl is loaded by `import torch` but torch.cuda does not import it by name
-                   nccl=".".join(map(str, torch.cuda.nccl.version())))  # pyright: ignore[reportAttributeAccessIssue]
+        env.update(
+            device_name=torch.cuda.get_device_name(dev),
+            cuda=torch.version.cuda,
+            cudnn=torch.backends.cudnn.version(),
+            # torch.cuda.nccl is loaded by `import torch` but torch.cuda does not import it by name
+            nccl=".".join(map(str, torch.cuda.nccl.version())),  # pyright: ignore[reportAttributeAccessIssue]
+        )
     else:
         env["device_name"] = platform.processor() or platform.machine()
     return env
 
 
-def _record(workload, batch, r: dict, *, name: str, step: int, rnd: int, t0: float, t1: float, t2: float,
-            wait_kind: str, new_items: int, match: bool | None, keys: list[str]) -> dict:
+def _record(
+    workload,
+    batch,
+    r: dict,
+    *,
+    name: str,
+    step: int,
+    rnd: int,
+    t0: float,
+    t1: float,
+    t2: float,
+    wait_kind: str,
+    new_items: int,
+    match: bool | None,
+    keys: list[str],
+) -> dict:
     f = workload.flops(batch)
-    return {"step": step, "round": rnd, "data_wait_ms": (t1 - t0) * 1e3, "step_ms": (t2 - t0) * 1e3,
-            "wait_kind": wait_kind, "times_ms": r["times_ms"], "peak_mem_bytes": r.get("peak_mem_bytes"),
-            "loss": r.get("loss"), "flops": f.get("total_flops"), "lm_flops": f.get("lm_flops"),
-            "vision_flops": f.get("vision_flops"),
-            **{k: f[k] for k in ("tokens_total", "tokens_nonpad", "tokens_loss", "tokens_visual", "tokens_padding")},
-            **batch_shape(batch), "first_seen_shapes": new_items, "census_match": match, "keys": keys}
+    return {
+        "step": step,
+        "round": rnd,
+        "data_wait_ms": (t1 - t0) * 1e3,
+        "step_ms": (t2 - t0) * 1e3,
+        "wait_kind": wait_kind,
+        "times_ms": r["times_ms"],
+        "peak_mem_bytes": r.get("peak_mem_bytes"),
+        "loss": r.get("loss"),
+        "flops": f.get("total_flops"),
+        "lm_flops": f.get("lm_flops"),
+        "vision_flops": f.get("vision_flops"),
+        **{k: f[k] for k in ("tokens_total", "tokens_nonpad", "tokens_loss", "tokens_visual", "tokens_padding")},
+        **batch_shape(batch),
+        "first_seen_shapes": new_items,
+        "census_match": match,
+        "keys": keys,
+    }
 
 
 # ----------------------------------------------------------------------------- the run
 
-def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_dir: str | None = None,
-              dist=None, progress: Callable | None = None, clock: Callable[[], float] = time.perf_counter,
-              workload=None) -> dict:
+
+def run_audit(
+    cfg: AuditConfig,
+    *,
+    loader_factory: Callable | None = None,
+    out_dir: str | None = None,
+    dist=None,
+    progress: Callable | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    workload=None,
+) -> dict:
     """Measure every source of ``cfg`` (see the module docstring).
 
     Args:
@@ -279,20 +336,36 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
 
     shards = real_shards(cfg.resolved_real())
     if workload is None:
-        workload = UserWorkload(cfg.step, device, cfg.workload_options) if cfg.step else \
-            ReferenceWorkload(cfg.preset, device, logits, dist, seed=cfg.seed, **cfg.workload_options)
+        workload = (
+            UserWorkload(cfg.step, device, cfg.workload_options)
+            if cfg.step
+            else ReferenceWorkload(cfg.preset, device, logits, dist, seed=cfg.seed, **cfg.workload_options)
+        )
     oom: dict[str, dict] = {}  # source -> where it ran out of memory (the run goes on without it)
 
     def out_of_memory(name: str, where: str, e: BaseException) -> None:
         if dist is not None:  # ranks cannot agree to skip a collective half-way: an OOM ends a torchrun audit
             raise e
-        oom[name] = {"where": where, "error": str(e).splitlines()[0][:300],
-                     "peak_mem_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None}
+        oom[name] = {
+            "where": where,
+            "error": str(e).splitlines()[0][:300],
+            "peak_mem_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
+        }
         workload.recover()
+
     result: dict[str, Any] = {
-        "config": {**asdict(cfg), "sources": list(cfg.sources), "logits": logits, "num_workers": workers,
-                   "real": cfg.resolved_real(), "max_steps": cap},
-        "environment": environment(device), "workload": workload.describe(), "sources": {}}
+        "config": {
+            **asdict(cfg),
+            "sources": list(cfg.sources),
+            "logits": logits,
+            "num_workers": workers,
+            "real": cfg.resolved_real(),
+            "max_steps": cap,
+        },
+        "environment": environment(device),
+        "workload": workload.describe(),
+        "sources": {},
+    }
     try:
         # 1-2. inputs and census (real first: the synthetic twin covers the keys real's steps use)
         t_prep = clock()
@@ -301,8 +374,15 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
         for name in [REAL] + [s for s in cfg.sources if s != REAL]:
             # the twin covers the census steps plus what the loader's workers prefetch beyond them
             twin_keys = {k for ks in censuses[REAL].keys for k in ks} if REAL in censuses else None
-            inputs[name] = prepare_input(name, shards, profile=cfg.profile, seed=cfg.seed, model=cfg.model_family,
-                                         work_dir=work_dir, twin_keys=twin_keys)
+            inputs[name] = prepare_input(
+                name,
+                shards,
+                profile=cfg.profile,
+                seed=cfg.seed,
+                model=cfg.model_family,
+                work_dir=work_dir,
+                twin_keys=twin_keys,
+            )
             loader, _ = _open(factory, inputs[name], cfg, workers, images="shapes")
             ahead = (max(1, workers) * 2 + cfg.block) if name == REAL else 0  # DataLoader prefetch: 2 per worker
             censuses[name] = c = census(name, loader, horizon + ahead, workload)
@@ -310,7 +390,8 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
                 raise AuditError(
                     f"source {name}: {c.too_long} of {c.samples} samples in the first {len(c.items)} steps need more "
                     f"than seq_length={cfg.seq_length} tokens (the longest needs {c.longest}); use seq_length >= "
-                    f"{-(-c.longest // 128) * 128}")
+                    f"{-(-c.longest // 128) * 128}"
+                )
         epoch = censuses[REAL].epoch_steps()
         if epoch is not None:
             epoch = max(1, epoch - cfg.warmup) if cfg.warmup else epoch
@@ -371,9 +452,11 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
         t_lw = clock()
         for name in cfg.sources:  # start each loader; its first batch's wait is start-up, reported apart
             live[name], opts = _open(factory, inputs[name], cfg, workers)
-            loader_records[name] = {"source": inputs[name].name, "kwargs": {
-                k: v for k, v in opts.items() if isinstance(v, (int, float, str, bool, type(None)))},
-                "factory": f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', '?')}"}
+            loader_records[name] = {
+                "source": inputs[name].name,
+                "kwargs": {k: v for k, v in opts.items() if isinstance(v, (int, float, str, bool, type(None)))},
+                "factory": f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', '?')}",
+            }
             its[name] = _iterate(live[name], inline=False)
             t0 = clock()
             pending[name] = _next(its[name], name, 0, horizon)
@@ -400,8 +483,12 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
                 if done == min_steps and hasattr(advance, "set_total"):  # measuring on past min_steps
                     advance.set_total(n * cap)
                 if rounds:
-                    warm_up({name: range(cfg.warmup + done, cfg.warmup + min(cap, done + cfg.block))
-                             for name in cfg.sources})
+                    warm_up(
+                        {
+                            name: range(cfg.warmup + done, cfg.warmup + min(cap, done + cfg.block))
+                            for name in cfg.sources
+                        }
+                    )
                 for name in [cfg.sources[(rounds + j) % n] for j in range(n)]:
                     for j in range(cfg.block):
                         if name in oom:
@@ -432,10 +519,23 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
                             kind = "epoch_boundary"  # the first batch of an epoch later than any before
                         if ep is not None:
                             last_epoch[name] = max(ep, last_epoch.get(name, ep))
-                        records[name].append(_record(
-                            workload, batch, r, name=name, step=k, rnd=rounds, t0=t0, t1=t1, t2=t2, wait_kind=kind,
-                            new_items=len(new), match=items == censuses[name].items[idx],
-                            keys=list(getattr(live[name], "last_keys", []) or [])))
+                        records[name].append(
+                            _record(
+                                workload,
+                                batch,
+                                r,
+                                name=name,
+                                step=k,
+                                rnd=rounds,
+                                t0=t0,
+                                t1=t1,
+                                t2=t2,
+                                wait_kind=kind,
+                                new_items=len(new),
+                                match=items == censuses[name].items[idx],
+                                keys=list(getattr(live[name], "last_keys", []) or []),
+                            )
+                        )
                         advance(1)
                 done += cfg.block
                 rounds += 1
@@ -455,31 +555,61 @@ def run_audit(cfg: AuditConfig, *, loader_factory: Callable | None = None, out_d
         measured = {k: v for k, v in records.items() if k not in oom}
         open_items = []
         if REAL in measured and len(measured) > 1:
-            _, open_items = settled(_runs(measured, world), threshold=cfg.threshold,
-                                    proxy_tolerance=cfg.proxy_tolerance, precision=cfg.precision, seed=cfg.seed)
+            _, open_items = settled(
+                _runs(measured, world),
+                threshold=cfg.threshold,
+                proxy_tolerance=cfg.proxy_tolerance,
+                precision=cfg.precision,
+                seed=cfg.seed,
+            )
         for name in cfg.sources:
             stats = getattr(live[name], "stats", None)
             if stats is not None and hasattr(stats, "to_json"):
                 loader_records[name]["stats"] = stats.to_json()
             c = censuses[name]
             result["sources"][name] = {
-                "records": records[name], "loader": loader_records[name], "world_size": world,
-                "paired": inputs[name].paired, "definition": inputs[name].definition,
+                "records": records[name],
+                "loader": loader_records[name],
+                "world_size": world,
+                "paired": inputs[name].paired,
+                "definition": inputs[name].definition,
                 "startup_wait_ms": startup.get(name),
-                "census": {"steps": len(c.items), "samples": c.samples, "longest_tokens": c.longest,
-                           "mismatched_steps": sum(1 for r in records[name] if r["census_match"] is False)},
+                "census": {
+                    "steps": len(c.items),
+                    "samples": c.samples,
+                    "longest_tokens": c.longest,
+                    "mismatched_steps": sum(1 for r in records[name] if r["census_match"] is False),
+                },
                 "pairing": _pairing(records[name], records[REAL]) if inputs[name].paired and REAL not in oom else None,
-                "oom": oom.get(name)}
+                "oom": oom.get(name),
+            }
         result["measurement"] = {
-            "method": "interleaved", "block": cfg.block, "rounds": rounds, "steps_run": done,
-            "steps_per_source": window, "real_epoch_steps": epoch, "stop": stop_reason, "open": open_items,
-            "min_steps": min_steps, "max_steps": cap, "budget_s": cfg.budget_s, "precision": cfg.precision,
+            "method": "interleaved",
+            "block": cfg.block,
+            "rounds": rounds,
+            "steps_run": done,
+            "steps_per_source": window,
+            "real_epoch_steps": epoch,
+            "stop": stop_reason,
+            "open": open_items,
+            "min_steps": min_steps,
+            "max_steps": cap,
+            "budget_s": cfg.budget_s,
+            "precision": cfg.precision,
             "order_first_round": [cfg.sources[j % n] for j in range(n)],
-            "warmup": {"shape_batches": warm_stats["batches"], "full_steps": warm_stats["full_steps"],
-                       "shape_items": len(warmed), "seconds": warm_stats["seconds"],
-                       "loader_steps_per_source": cfg.warmup, "loader_seconds": loader_warm_s},
-            "prepare_seconds": prep_s, "measure_seconds": measure_s, "total_seconds": clock() - t_start,
-            "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+            "warmup": {
+                "shape_batches": warm_stats["batches"],
+                "full_steps": warm_stats["full_steps"],
+                "shape_items": len(warmed),
+                "seconds": warm_stats["seconds"],
+                "loader_steps_per_source": cfg.warmup,
+                "loader_seconds": loader_warm_s,
+            },
+            "prepare_seconds": prep_s,
+            "measure_seconds": measure_s,
+            "total_seconds": clock() - t_start,
+            "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        }
     finally:
         workload.close()
     return result
@@ -491,8 +621,16 @@ def _window(done: int, epoch: int | None) -> int:
     return done if not epoch or done < epoch else done - done % epoch
 
 
-def _stop(records: dict[str, list], cfg: AuditConfig, world: int, done: int, cap: int, min_steps: int,
-          epoch: int | None, elapsed: float) -> str | None:
+def _stop(
+    records: dict[str, list],
+    cfg: AuditConfig,
+    world: int,
+    done: int,
+    cap: int,
+    min_steps: int,
+    epoch: int | None,
+    elapsed: float,
+) -> str | None:
     """Why to stop after this round (None: go on). The settled check runs on the whole-epoch window."""
     if done >= cap:
         return "max_steps"
@@ -513,8 +651,13 @@ def _runs(records: dict[str, list], world: int) -> dict[str, dict]:
 
 
 def _settled(records: dict[str, list], cfg: AuditConfig, world: int) -> bool:
-    ok, _ = settled(_runs(records, world), threshold=cfg.threshold, proxy_tolerance=cfg.proxy_tolerance,
-                    precision=cfg.precision, seed=cfg.seed)
+    ok, _ = settled(
+        _runs(records, world),
+        threshold=cfg.threshold,
+        proxy_tolerance=cfg.proxy_tolerance,
+        precision=cfg.precision,
+        seed=cfg.seed,
+    )
     return ok
 
 

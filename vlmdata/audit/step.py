@@ -46,8 +46,7 @@ import torch.nn.functional as F
 from vlmdata.audit.model import VIDEO_TOKEN_ID
 from vlmdata.errors import VlmdataError
 
-STAGES = ("prep", "h2d", "forward_other", "vision", "projector", "lm_forward", "lm_head_loss",
-          "backward", "optimizer")
+STAGES = ("prep", "h2d", "forward_other", "vision", "projector", "lm_forward", "lm_head_loss", "backward", "optimizer")
 
 
 class ImagePadMismatch(VlmdataError, ValueError):
@@ -84,7 +83,7 @@ def check_batch(batch: dict, config) -> None:
             raise ImagePadMismatch(f"batch has {int(is_img.sum())} <|image_pad|> ({img}) tokens but no pixel_values")
         return
     vc = config.vision_config
-    width = vc.in_channels * vc.temporal_patch_size * vc.patch_size ** 2
+    width = vc.in_channels * vc.temporal_patch_size * vc.patch_size**2
     m = vc.spatial_merge_size
     if grid is None or grid.ndim != 2 or grid.shape[1] != 3:
         raise ValueError("visual_inputs.image_grid_thw must be int64 [n_images, 3] when pixel_values is given")
@@ -99,14 +98,17 @@ def check_batch(batch: dict, config) -> None:
         edges = torch.diff(row, prepend=row.new_zeros(1), append=row.new_zeros(1)).nonzero().flatten().tolist()
         runs += [(b, s, e - s) for s, e in zip(edges[0::2], edges[1::2])]
     if len(runs) != len(need) or any(r[2] != n for r, n in zip(runs, need)):
-        detail = "; ".join(f"image {i}: grid {tuple(grid[i].tolist())} needs {n}"
-                           + (f", row {runs[i][0]} pos {runs[i][1]} has {runs[i][2]}" if i < len(runs) else ", no run")
-                           for i, n in enumerate(need))
+        detail = "; ".join(
+            f"image {i}: grid {tuple(grid[i].tolist())} needs {n}"
+            + (f", row {runs[i][0]} pos {runs[i][1]} has {runs[i][2]}" if i < len(runs) else ", no run")
+            for i, n in enumerate(need)
+        )
         extra = f"; {len(runs) - len(need)} extra run(s)" if len(runs) > len(need) else ""
         raise ImagePadMismatch(
             f"input_ids must hold one run of t*(h/{m})*(w/{m}) <|image_pad|> ({img}) tokens per image, "
             f"in image order: found {len(runs)} runs {[r[2] for r in runs]} for {len(need)} images "
-            f"needing {need} ({detail}{extra})")
+            f"needing {need} ({detail}{extra})"
+        )
 
 
 def mrope_position_ids(model, batch: dict) -> torch.Tensor | None:
@@ -156,8 +158,9 @@ def _to(x, device):
 def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
     """Bridge's loss: sum(CE * loss_mask) / sum(loss_mask); labels are already shifted.
     Shapes: logits [..., V], labels and loss_mask [...]."""
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
-                         ignore_index=-100, reduction="none")
+    ce = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100, reduction="none"
+    )
     m = loss_mask.reshape(-1).to(ce.dtype)
     return (ce * m).sum() / m.sum().clamp(min=1.0)
 
@@ -172,8 +175,14 @@ class LossForward(torch.nn.Module):
         self.model, self.logits = model, logits
 
     def forward(self, ids, labels, lmask, am, pos, pv, grid):
-        hidden = self.model.model(input_ids=ids, attention_mask=am, position_ids=pos, pixel_values=pv,
-                                  image_grid_thw=grid if pv is not None else None, use_cache=False).last_hidden_state
+        hidden = self.model.model(
+            input_ids=ids,
+            attention_mask=am,
+            position_ids=pos,
+            pixel_values=pv,
+            image_grid_thw=grid if pv is not None else None,
+            use_cache=False,
+        ).last_hidden_state
         if self.logits == "loss":  # boolean indexing: a device sync on CUDA
             sel = lmask > 0
             hidden, labels, lmask = hidden[sel], labels[sel], lmask[sel]
@@ -222,10 +231,20 @@ class TrainStep:
     allocated since the last ``reset_peak_memory``, None on CPU), ``timer`` and ``device``.
     """
 
-    def __init__(self, model, optimizer: torch.optim.Optimizer | MasterAdamW | None = None, *, lr: float = 1e-4,
-                 weight_decay: float = 0.0, clip_grad: float | None = 1.0,
-                 master_weights: bool | None = None, check: bool = True, logits: str = "all",
-                 after_backward=None, forward_module: LossForward | None = None):
+    def __init__(
+        self,
+        model,
+        optimizer: torch.optim.Optimizer | MasterAdamW | None = None,
+        *,
+        lr: float = 1e-4,
+        weight_decay: float = 0.0,
+        clip_grad: float | None = 1.0,
+        master_weights: bool | None = None,
+        check: bool = True,
+        logits: str = "all",
+        after_backward=None,
+        forward_module: LossForward | None = None,
+    ):
         p = next(model.parameters())
         self.after_backward = after_backward  # e.g. the data-parallel gradient all-reduce (timed in backward)
         self.model, self.device = model, p.device
@@ -243,15 +262,19 @@ class TrainStep:
         self.forward_module = forward_module or LossForward(model, logits)  # FSDP passes its sharded root
         self.marks = _Marks(self.cuda)
         vis = model.model.visual
-        pre = lambda name: (lambda mod, args: self.marks(name))  # noqa: E731
-        post = lambda name: (lambda mod, args, out: self.marks(name))  # noqa: E731
-        self._hooks = [vis.register_forward_pre_hook(pre("vision_start")),
-                       vis.register_forward_hook(post("vision_end")),
-                       model.model.language_model.register_forward_pre_hook(pre("lm_start")),
-                       model.lm_head.register_forward_pre_hook(pre("head_start"))]
+        pre = lambda name: lambda mod, args: self.marks(name)  # noqa: E731
+        post = lambda name: lambda mod, args, out: self.marks(name)  # noqa: E731
+        self._hooks = [
+            vis.register_forward_pre_hook(pre("vision_start")),
+            vis.register_forward_hook(post("vision_end")),
+            model.model.language_model.register_forward_pre_hook(pre("lm_start")),
+            model.lm_head.register_forward_pre_hook(pre("head_start")),
+        ]
         for merger in [vis.merger, *vis.deepstack_merger_list]:
-            self._hooks += [merger.register_forward_pre_hook(pre("proj_start")),
-                            merger.register_forward_hook(post("proj_end"))]
+            self._hooks += [
+                merger.register_forward_pre_hook(pre("proj_start")),
+                merger.register_forward_hook(post("proj_end")),
+            ]
 
     def __enter__(self) -> "TrainStep":
         return self
@@ -326,9 +349,14 @@ class TrainStep:
         times["prep"] = prep_ms
         times["total"] = prep_ms + dict(marks)["opt_end"]
         peak = torch.cuda.max_memory_allocated(dev) if self.cuda else None
-        return {"loss": loss_value, "times_ms": {k: times[k] for k in (*STAGES, "total")},
-                "wall_ms": wall_ms, "peak_mem_bytes": peak,
-                "timer": "cuda_events" if self.cuda else "perf_counter", "device": str(dev)}
+        return {
+            "loss": loss_value,
+            "times_ms": {k: times[k] for k in (*STAGES, "total")},
+            "wall_ms": wall_ms,
+            "peak_mem_bytes": peak,
+            "timer": "cuda_events" if self.cuda else "perf_counter",
+            "device": str(dev),
+        }
 
 
 def _split(marks: list[tuple[str, float]]) -> dict[str, float]:
@@ -346,9 +374,16 @@ def _split(marks: list[tuple[str, float]]) -> dict[str, float]:
     lm = t["head_start"] - t["lm_start"]
     head = t["fwd_end"] - t["head_start"]
     fwd = t["fwd_end"] - t["h2d_end"]
-    return {"h2d": t["h2d_end"], "vision": vis_total - proj, "projector": proj, "lm_forward": lm,
-            "lm_head_loss": head, "forward_other": fwd - vis_total - lm - head,
-            "backward": t["bwd_end"] - t["fwd_end"], "optimizer": t["opt_end"] - t["bwd_end"]}
+    return {
+        "h2d": t["h2d_end"],
+        "vision": vis_total - proj,
+        "projector": proj,
+        "lm_forward": lm,
+        "lm_head_loss": head,
+        "forward_other": fwd - vis_total - lm - head,
+        "backward": t["bwd_end"] - t["fwd_end"],
+        "optimizer": t["opt_end"] - t["bwd_end"],
+    }
 
 
 def train_step(model, batch: dict, optimizer: torch.optim.Optimizer | None = None, **kwargs) -> dict[str, Any]:

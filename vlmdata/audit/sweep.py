@@ -95,8 +95,9 @@ def grid(sweep: dict[str, list]) -> list[dict[str, Any]]:
 def _compact(report: dict) -> dict:
     """A configuration's report without per-step records (the sweep keeps summaries and the verdict)."""
     out = {k: v for k, v in report.items() if k not in ("sources", "environment")}
-    out["sources"] = {n: {k: v for k, v in s.items() if k not in ("records", "per_rank")}
-                      for n, s in report["sources"].items()}
+    out["sources"] = {
+        n: {k: v for k, v in s.items() if k not in ("records", "per_rank")} for n, s in report["sources"].items()
+    }
     return out
 
 
@@ -106,15 +107,26 @@ def cells(report: dict) -> dict[str, dict]:
     for name, src in report["sources"].items():
         s = src.get("summary")
         oom = src.get("oom")
-        out[name] = {"oom": bool(oom), "rates": (s or {}).get("rates") or {},
-                     "peak_mem_bytes": (s or {}).get("peak_mem_bytes") if s else (oom or {}).get("peak_mem_bytes")}
+        out[name] = {
+            "oom": bool(oom),
+            "rates": (s or {}).get("rates") or {},
+            "peak_mem_bytes": (s or {}).get("peak_mem_bytes") if s else (oom or {}).get("peak_mem_bytes"),
+        }
     return out
 
 
-def run_sweep(cfg: AuditConfig, sweep: dict[str, list], *, build: Callable[[dict], dict], out_dir: str | None = None,
-              dist=None, memory_limit_gb: float | None = None,
-              workload_factory: Callable[[dict], Any] | None = None,
-              on_config: Callable[[int, int, dict], None] | None = None, **run_kwargs) -> dict:
+def run_sweep(
+    cfg: AuditConfig,
+    sweep: dict[str, list],
+    *,
+    build: Callable[[dict], dict],
+    out_dir: str | None = None,
+    dist=None,
+    memory_limit_gb: float | None = None,
+    workload_factory: Callable[[dict], Any] | None = None,
+    on_config: Callable[[int, int, dict], None] | None = None,
+    **run_kwargs,
+) -> dict:
     """Run every configuration of ``sweep`` and decide.
 
     Args:
@@ -138,8 +150,11 @@ def run_sweep(cfg: AuditConfig, sweep: dict[str, list], *, build: Callable[[dict
         if on_config:
             on_config(i, len(configs), values)
         workload_values = {k: v for k, v in values.items() if k != "micro_batch_size"}
-        c = replace(cfg, micro_batch_size=values.get("micro_batch_size", cfg.micro_batch_size),
-                    workload_options={**cfg.workload_options, **(values if cfg.step else workload_values)})
+        c = replace(
+            cfg,
+            micro_batch_size=values.get("micro_batch_size", cfg.micro_batch_size),
+            workload_options={**cfg.workload_options, **(values if cfg.step else workload_values)},
+        )
         sub = os.path.join(out_dir, f"config-{i}") if out_dir else None
         kwargs = dict(run_kwargs)
         if workload_factory is not None:
@@ -151,17 +166,33 @@ def run_sweep(cfg: AuditConfig, sweep: dict[str, list], *, build: Callable[[dict
         except torch.OutOfMemoryError as e:  # e.g. the model itself does not fit: every source is oom
             if dist is not None:
                 raise
-            report = {"sources": {s: {"summary": None, "oom": {"where": "model", "error": str(e).splitlines()[0]}}
-                                  for s in cfg.sources}, "verdict": None}
+            report = {
+                "sources": {
+                    s: {"summary": None, "oom": {"where": "model", "error": str(e).splitlines()[0]}}
+                    for s in cfg.sources
+                },
+                "verdict": None,
+            }
         results.append({"values": values, "label": label(values), "report": _compact(report)})
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    decisions = decide_configs([{"values": r["values"], "sources": cells(r["report"])} for r in results],
-                               threshold=cfg.threshold, memory_limit_gb=memory_limit_gb)
-    return {"schema": "vlmdata.audit/2", "kind": "sweep", "config": {**asdict(cfg), "sources": list(cfg.sources)},
-            "environment": environment, "workload": workload, "sweep": {k: list(v) for k, v in sweep.items()},
-            "configs": results, "decisions": decisions, "verdict": sweep_verdict(results, decisions)}
+    decisions = decide_configs(
+        [{"values": r["values"], "sources": cells(r["report"])} for r in results],
+        threshold=cfg.threshold,
+        memory_limit_gb=memory_limit_gb,
+    )
+    return {
+        "schema": "vlmdata.audit/2",
+        "kind": "sweep",
+        "config": {**asdict(cfg), "sources": list(cfg.sources)},
+        "environment": environment,
+        "workload": workload,
+        "sweep": {k: list(v) for k, v in sweep.items()},
+        "configs": results,
+        "decisions": decisions,
+        "verdict": sweep_verdict(results, decisions),
+    }
 
 
 def sweep_verdict(results: list[dict], decisions: dict) -> dict:
@@ -177,5 +208,9 @@ def sweep_verdict(results: list[dict], decisions: dict) -> dict:
         line += f"; the mock figure overstates real in {len(gap_bad)} of {len(results)} configurations"
     if at_best:
         line += f"; at real's best configuration ({best}): {at_best['line']}"
-    return {"status": status, "line": line, "decisions_misleading": decisions["misleading"],
-            "configs_misleading": gap_bad}
+    return {
+        "status": status,
+        "line": line,
+        "decisions_misleading": decisions["misleading"],
+        "configs_misleading": gap_bad,
+    }

@@ -52,9 +52,12 @@ def batch_shape(batch: dict) -> dict:
     """Samples, images, patches and visual tokens per sample of a batch (no FLOPs)."""
     ids = torch.as_tensor(batch["input_ids"])
     grid = _visual(batch, "image_grid_thw")
-    return {"samples": int(ids.shape[0]), "images": 0 if grid is None else int(len(grid)),
-            "patches": 0 if grid is None else int(torch.as_tensor(grid).prod(-1).sum()),
-            "visual_tokens_per_sample": (ids == IMAGE_TOKEN_ID).sum(1).tolist()}
+    return {
+        "samples": int(ids.shape[0]),
+        "images": 0 if grid is None else int(len(grid)),
+        "patches": 0 if grid is None else int(torch.as_tensor(grid).prod(-1).sum()),
+        "visual_tokens_per_sample": (ids == IMAGE_TOKEN_ID).sum(1).tolist(),
+    }
 
 
 def shape_items(batch: dict, loss_tokens: bool = False) -> frozenset:
@@ -121,8 +124,18 @@ class ReferenceWorkload:
     """The built-in Qwen3-VL-MoE model (``build_model``) trained by ``TrainStep``; gradients averaged over
     ranks under torchrun."""
 
-    def __init__(self, preset: str, device: str, logits: str, dist=None, seed: int = 0, *,
-                 freeze_vision: bool = False, recompute: str = "none", parallel: str = "ddp"):
+    def __init__(
+        self,
+        preset: str,
+        device: str,
+        logits: str,
+        dist=None,
+        seed: int = 0,
+        *,
+        freeze_vision: bool = False,
+        recompute: str = "none",
+        parallel: str = "ddp",
+    ):
 
         if parallel not in PARALLEL:
             raise AuditError(f"parallel must be one of {', '.join(PARALLEL)}, got {parallel!r}")
@@ -135,17 +148,19 @@ class ReferenceWorkload:
         self.recomputed = apply_recompute(self.model, recompute)
         self.summary = model_summary(self.model)
         self.config, self.logits = self.model.config, logits
-        self.options = {"freeze_vision": bool(freeze_vision), "recompute": recompute,
-                        "parallel": parallel if dist is not None and dist.world_size > 1 else None}
+        self.options = {
+            "freeze_vision": bool(freeze_vision),
+            "recompute": recompute,
+            "parallel": parallel if dist is not None and dist.world_size > 1 else None,
+        }
         sync, optimizer, forward = None, None, None
         if fsdp:
-
             forward = LossForward(self.model, logits)
             shard_fsdp(forward, torch.bfloat16 if cuda else torch.float32)
-            optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=1e-4,
-                                          weight_decay=0.0)
+            optimizer = torch.optim.AdamW(
+                [p for p in self.model.parameters() if p.requires_grad], lr=1e-4, weight_decay=0.0
+            )
         elif dist is not None and dist.world_size > 1:
-
             sync = GradAllReduce(self.model, dist)
         self.step = TrainStep(self.model, optimizer, logits=logits, after_backward=sync, forward_module=forward)
         self.name = f"reference:{preset}"
@@ -171,8 +186,14 @@ class ReferenceWorkload:
         return step_flops(self.config, batch, logits=self.logits)
 
     def describe(self) -> dict:
-        return {"kind": "reference", "name": self.name, "logits": self.logits, "model": self.summary,
-                "options": self.options, "recomputed_modules": self.recomputed}
+        return {
+            "kind": "reference",
+            "name": self.name,
+            "logits": self.logits,
+            "model": self.summary,
+            "options": self.options,
+            "recomputed_modules": self.recomputed,
+        }
 
     def close(self) -> None:
         self.step.close()

@@ -31,8 +31,17 @@ from PIL import Image
 from vlmdata.qwen.vision import qvu_fetch_image
 
 IGNORE_INDEX = -100
-QWEN_TOKENS = ["<|im_start|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>",
-               "<|video_pad|>", "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>"]
+QWEN_TOKENS = [
+    "<|im_start|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<|AUDIO|>",
+    "<|audio_bos|>",
+    "<|audio_eos|>",
+]
 VISUAL_KEYS = ("pixel_values", "pixel_values_videos", "image_grid_thw", "video_grid_thw", "second_per_grid_ts")
 
 
@@ -40,7 +49,7 @@ def find_token_span(ids, pat, start=0):
     if not pat or start >= len(ids):
         return -1, -1
     for idx in range(start, max(len(ids) - len(pat) + 1, start)):
-        if ids[idx: idx + len(pat)] == pat:
+        if ids[idx : idx + len(pat)] == pat:
             return idx, idx + len(pat)
     return -1, -1
 
@@ -146,12 +155,26 @@ class BridgeReference:
         finally:
             p.tokenizer.padding_side = prev
 
-    def collate(self, samples, sequence_length=4096, pad_to_max_length=False, pad_to_multiple_of=128,
-                packing=False, packing_pad_to_multiple_of=1):
+    def collate(
+        self,
+        samples,
+        sequence_length=4096,
+        pad_to_max_length=False,
+        pad_to_multiple_of=128,
+        packing=False,
+        packing_pad_to_multiple_of=1,
+    ):
         examples = self._examples(samples)
         texts = [self.processor.apply_chat_template(e["conversation"], tokenize=False) for e in examples]
-        per_images = [[self.fetch_image(part["image"]) for turn in e["conversation"] for part in turn["content"]
-                       if part.get("type") == "image"] for e in examples]
+        per_images = [
+            [
+                self.fetch_image(part["image"])
+                for turn in e["conversation"]
+                for part in turn["content"]
+                if part.get("type") == "image"
+            ]
+            for e in examples
+        ]
         roles = [[t["role"] for t in e["conversation"]] for e in examples]
         if packing:
             return self._packed(texts, per_images, roles, sequence_length, packing_pad_to_multiple_of)
@@ -182,8 +205,9 @@ class BridgeReference:
         assert batch is not None  # both halves are None only for an empty ``samples``
         B, S = batch["input_ids"].shape
         batch["position_ids"] = torch.arange(S).unsqueeze(0).expand(B, -1).clone()
-        mask = torch.tensor([self.boundary_mask(batch["input_ids"][b].tolist(), roles[b]) for b in range(B)],
-                            dtype=torch.float32)
+        mask = torch.tensor(
+            [self.boundary_mask(batch["input_ids"][b].tolist(), roles[b]) for b in range(B)], dtype=torch.float32
+        )
         labels = torch.cat([batch["input_ids"][:, 1:], torch.full((B, 1), IGNORE_INDEX)], dim=1)
         skipped = torch.tensor(sorted(self.skipped))
         labels = labels.masked_fill(torch.isin(labels, skipped), IGNORE_INDEX)
@@ -192,10 +216,15 @@ class BridgeReference:
         batch["loss_mask"] = mask
         visual = {k: batch.pop(k, None) for k in VISUAL_KEYS}
         # prepare_sequence_batch -> pad_or_truncate_sequence_batch (pad id 0)
-        target = sequence_length if pad_to_max_length else min(sequence_length, -(-S // pad_to_multiple_of) * pad_to_multiple_of)
+        target = (
+            sequence_length
+            if pad_to_max_length
+            else min(sequence_length, -(-S // pad_to_multiple_of) * pad_to_multiple_of)
+        )
 
         def fit(x, v):
             return F.pad(x, (0, target - x.shape[1]), value=v) if x.shape[1] < target else x[:, :target].contiguous()
+
         batch["input_ids"] = fit(batch["input_ids"], 0)
         batch["labels"] = fit(batch["labels"], IGNORE_INDEX)
         batch["loss_mask"] = fit(batch["loss_mask"], 0)
@@ -203,8 +232,11 @@ class BridgeReference:
         if "mm_token_type_ids" in batch:
             batch["mm_token_type_ids"] = fit(batch["mm_token_type_ids"], 0)
         pos = batch["position_ids"]
-        batch["position_ids"] = (torch.cat([pos, torch.arange(S, target).unsqueeze(0).expand(B, -1)], 1)
-                                 if S < target else pos[:, :target].contiguous())
+        batch["position_ids"] = (
+            torch.cat([pos, torch.arange(S, target).unsqueeze(0).expand(B, -1)], 1)
+            if S < target
+            else pos[:, :target].contiguous()
+        )
         batch["visual_inputs"] = visual
         return batch
 
@@ -226,15 +258,19 @@ class BridgeReference:
             raise ValueError("row longer than sequence_length")
         padded = [-(-n // multiple) * multiple for n in lengths]
         T = sum(padded)
-        out = {"input_ids": torch.zeros(1, T, dtype=torch.long), "position_ids": torch.zeros(1, T, dtype=torch.long),
-               "labels": torch.full((1, T), IGNORE_INDEX, dtype=torch.long), "loss_mask": torch.zeros(1, T),
-               "attention_mask": None}
+        out = {
+            "input_ids": torch.zeros(1, T, dtype=torch.long),
+            "position_ids": torch.zeros(1, T, dtype=torch.long),
+            "labels": torch.full((1, T), IGNORE_INDEX, dtype=torch.long),
+            "loss_mask": torch.zeros(1, T),
+            "attention_mask": None,
+        }
         off = 0
         cu, cup = [0], [0]
         for r, n, p in zip(rows, lengths, padded):
             for k in ("input_ids", "labels", "loss_mask"):
-                out[k][0, off:off + n] = r[k]
-            out["position_ids"][0, off:off + p] = torch.arange(p)
+                out[k][0, off : off + n] = r[k]
+            out["position_ids"][0, off : off + p] = torch.arange(p)
             off += p
             cu.append(cu[-1] + n)
             cup.append(cup[-1] + p)

@@ -120,16 +120,28 @@ def _input_facts(jsonl: str) -> dict:
 def _energon_argv(out: str, workers: int) -> list[str]:
     exe = os.path.join(os.path.dirname(sys.executable), "energon")
     head = [exe] if os.path.isfile(exe) else [sys.executable, "-m", "megatron.energon.cli.main"]
-    return head + ["prepare", out, "--non-interactive", "--split-parts", "train:.*", "--num-workers", str(workers),
-                   "--no-progress", "--force-overwrite", "--sample-type", "CrudeWebdataset"]
+    return head + [
+        "prepare",
+        out,
+        "--non-interactive",
+        "--split-parts",
+        "train:.*",
+        "--num-workers",
+        str(workers),
+        "--no-progress",
+        "--force-overwrite",
+        "--sample-type",
+        "CrudeWebdataset",
+    ]
 
 
 def _remover(path: str) -> Callable[[], None]:
     return lambda: shutil.rmtree(path, ignore_errors=True)
 
 
-def bench_build(source: str | None, opts: BuildBenchOptions | None = None,
-                on_round: Callable[[int, int], object] | None = None) -> dict:
+def bench_build(
+    source: str | None, opts: BuildBenchOptions | None = None, on_round: Callable[[int, int], object] | None = None
+) -> dict:
     """Interleaved rounds of the whole ``vlmdata build`` command against a plain script + ``energon prepare``.
 
     Args:
@@ -151,8 +163,21 @@ def bench_build(source: str | None, opts: BuildBenchOptions | None = None,
             source = make_photo_input(os.path.join(tmp, "input"), opts.photos)
         facts = _input_facts(source)
         out_v, out_p, out_r = (os.path.join(tmp, n) for n in ("vlmdata", "plain", "plain-only"))
-        vlm = [sys.executable, "-m", "vlmdata", "build", source, "-o", out_v, "--workers", str(opts.workers),
-               "--max-count", str(opts.max_count), "--overwrite", "-q"]
+        vlm = [
+            sys.executable,
+            "-m",
+            "vlmdata",
+            "build",
+            source,
+            "-o",
+            out_v,
+            "--workers",
+            str(opts.workers),
+            "--max-count",
+            str(opts.max_count),
+            "--overwrite",
+            "-q",
+        ]
         plain = [sys.executable, "-c", PLAIN_SCRIPT, source, out_p, str(opts.max_count)]
         plain_only = [sys.executable, "-c", PLAIN_SCRIPT, source, out_r, str(opts.max_count)]
 
@@ -167,10 +192,12 @@ def bench_build(source: str | None, opts: BuildBenchOptions | None = None,
         ]
         result = interleave(contenders, rounds=opts.rounds, warmup=opts.warmup, on_round=on_round)
         written = _count_samples(out_v)
-    return {"benchmark": "build", "input": {"source": source, "photos": opts.photos, **facts,
-                                            "written_by_vlmdata": written},
-            "options": {"workers": opts.workers, "max_count": opts.max_count, "cpu_count": os.cpu_count()},
-            "timing": result.summary(baseline="plain+energon")}
+    return {
+        "benchmark": "build",
+        "input": {"source": source, "photos": opts.photos, **facts, "written_by_vlmdata": written},
+        "options": {"workers": opts.workers, "max_count": opts.max_count, "cpu_count": os.cpu_count()},
+        "timing": result.summary(baseline="plain+energon"),
+    }
 
 
 def _count_samples(out: str) -> int | None:

@@ -116,8 +116,12 @@ def import_bridge() -> tuple[dict | None, str]:
         return None, "Megatron Bridge is not installed (scripts/bridge_env.sh builds a venv with it)"
     note = ""
     if importlib.util.find_spec("transformer_engine") is None:
-        stub = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                            "tests", "bridge", "te_stub.py")
+        stub = os.path.join(
+            os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+            "tests",
+            "bridge",
+            "te_stub.py",
+        )
         if not os.path.isfile(stub):
             return None, "Megatron Bridge needs transformer_engine, which is not installed"
         spec = importlib.util.spec_from_file_location("vlmdata_te_stub", stub)
@@ -135,8 +139,8 @@ def import_bridge() -> tuple[dict | None, str]:
         logging.getLogger("megatron.energon").setLevel(logging.ERROR)
         # heavy and optional: only when Bridge is installed
         from megatron import energon
-        from megatron.bridge.models.qwen_vl.data.collate_fn import qwen2_5_collate_fn
-        from megatron.bridge.models.qwen_vl.data.energon import QwenVLTaskEncoder
+        from megatron.bridge.models.qwen_vl.data.collate_fn import qwen2_5_collate_fn  # pyright: ignore[reportMissingImports]  (optional: Megatron Bridge)
+        from megatron.bridge.models.qwen_vl.data.energon import QwenVLTaskEncoder  # pyright: ignore[reportMissingImports]
     except (ImportError, RuntimeError, AttributeError, OSError) as e:
         return None, f"Megatron Bridge is not importable here ({type(e).__name__}: {e})"
     return {"collate": qwen2_5_collate_fn, "encoder": QwenVLTaskEncoder, "energon": energon}, note
@@ -161,9 +165,18 @@ def _wds_examples(shards: list[str]):
         if not conv:
             continue
         imgs = iter(Image.open(io.BytesIO(s[im["file"]])) for im in meta.get("images") or [])
-        yield {"conversation": [{"role": t["role"], "content": [
-            {"type": "image", "image": next(imgs)} if p.get("type") == "image" else dict(p) for p in t["content"]]}
-            for t in conv]}
+        yield {
+            "conversation": [
+                {
+                    "role": t["role"],
+                    "content": [
+                        {"type": "image", "image": next(imgs)} if p.get("type") == "image" else dict(p)
+                        for p in t["content"]
+                    ],
+                }
+                for t in conv
+            ]
+        }
 
 
 class _ExamplesReference:
@@ -183,16 +196,28 @@ def _energon_iter(bridge: dict, dataset: str, proc, model: str, mbs: int, seq_le
     qwen2_5_collate_fn), one process, reading the dataset's own .nv-meta."""
 
     e = bridge["energon"]
-    enc = bridge["encoder"](tokenizer=proc.tokenizer, image_processor=proc, patch_size=get_spec(model).patch_size,
-                            max_padding_length=seq_length)
-    ds = e.get_train_dataset(dataset, batch_size=mbs, task_encoder=enc, split_part="train",
-                             worker_config=e.WorkerConfig(rank=0, world_size=1, num_workers=0),
-                             shuffle_buffer_size=None, max_samples_per_sequence=None, repeat=True)
+    enc = bridge["encoder"](
+        tokenizer=proc.tokenizer,
+        image_processor=proc,
+        patch_size=get_spec(model).patch_size,
+        max_padding_length=seq_length,
+    )
+    ds = e.get_train_dataset(
+        dataset,
+        batch_size=mbs,
+        task_encoder=enc,
+        split_part="train",
+        worker_config=e.WorkerConfig(rank=0, world_size=1, num_workers=0),
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        repeat=True,
+    )
     return iter(e.get_loader(ds))
 
 
-def bench_loader(dataset: str, opts: LoaderBenchOptions | None = None,
-                 on_round: Callable[[int, int], object] | None = None) -> dict:
+def bench_loader(
+    dataset: str, opts: LoaderBenchOptions | None = None, on_round: Callable[[int, int], object] | None = None
+) -> dict:
     """Samples per CPU-second of Bridge's data paths, the fastest HF path, JPEG decode alone and vlmdata's
     loader on the same samples of ``dataset``, interleaved rounds.
 
@@ -221,7 +246,8 @@ def bench_loader(dataset: str, opts: LoaderBenchOptions | None = None,
     shards = resolve_shards(dataset)
 
     def groups_of(chunk: list) -> list[list]:
-        return [chunk[i:i + mbs] for i in range(0, len(chunk), mbs)]
+        return [chunk[i : i + mbs] for i in range(0, len(chunk), mbs)]
+
     notes: list[str] = []
     what: dict[str, str] = {}
     contenders: list[Contender] = []
@@ -233,13 +259,19 @@ def bench_loader(dataset: str, opts: LoaderBenchOptions | None = None,
 
     ref = BridgeReference(build_qwen_processor(model, tokenizer=tok))
     pil_chunks = _chunks(everything, n)
-    add("bridge-hf-pil", "Bridge collate replicated, HF processor (PIL backend), pre-parsed samples",
-        lambda: [ref.collate(g, sequence_length=seq) for g in groups_of(next(pil_chunks))])
+    add(
+        "bridge-hf-pil",
+        "Bridge collate replicated, HF processor (PIL backend), pre-parsed samples",
+        lambda: [ref.collate(g, sequence_length=seq) for g in groups_of(next(pil_chunks))],
+    )
     if has_tv:
         ref_tv = BridgeReference(build_qwen_processor(model, tokenizer=tok, backend="torchvision"))
         tv_chunks = _chunks(everything, n)
-        add("bridge-hf-tv", "Bridge collate replicated, HF fast processor (torchvision), pre-parsed samples",
-            lambda: [ref_tv.collate(g, sequence_length=seq) for g in groups_of(next(tv_chunks))])
+        add(
+            "bridge-hf-tv",
+            "Bridge collate replicated, HF fast processor (torchvision), pre-parsed samples",
+            lambda: [ref_tv.collate(g, sequence_length=seq) for g in groups_of(next(tv_chunks))],
+        )
     else:
         notes.append("bridge-hf-tv not run: torchvision is not installed")
 
@@ -253,16 +285,21 @@ def bench_loader(dataset: str, opts: LoaderBenchOptions | None = None,
         except (ImportError, RuntimeError, AttributeError, OSError) as e:  # it can fail without torchvision
             notes.append(f"qwen_vl_utils not importable ({type(e).__name__}); hf-wds-fast uses vlmdata's copy")
     backend = "torchvision" if has_tv else "pil"
-    hf = _ExamplesReference(BridgeReference(build_qwen_processor(model, tokenizer=tok, backend=backend),
-                                            fetch_image=fetch))
+    hf = _ExamplesReference(
+        BridgeReference(build_qwen_processor(model, tokenizer=tok, backend=backend), fetch_image=fetch)
+    )
     wds_it = _wds_examples(shards)
 
     def hf_fast() -> None:
         for g in groups_of([next(wds_it) for _ in range(n)]):
             hf.collate(g, sequence_length=seq)
 
-    add("hf-wds-fast", f"webdataset + {qvu} + HF {'fast (torchvision)' if has_tv else 'PIL'} image processor "
-        "+ tokenizer + Bridge-style collate", hf_fast)
+    add(
+        "hf-wds-fast",
+        f"webdataset + {qvu} + HF {'fast (torchvision)' if has_tv else 'PIL'} image processor "
+        "+ tokenizer + Bridge-style collate",
+        hf_fast,
+    )
     if not has_tv:
         notes.append("hf-wds-fast uses the PIL image processor: the fast one needs torchvision")
 
@@ -274,27 +311,50 @@ def bench_loader(dataset: str, opts: LoaderBenchOptions | None = None,
             notes.append(why)
         proc = ref.processor
         br_chunks = _chunks(everything, n)
-        add("bridge-collate", "Megatron Bridge's qwen2_5_collate_fn on the same examples",
-            lambda: [bridge["collate"](ref._examples(g), proc, sequence_length=seq) for g in groups_of(next(br_chunks))])
+        add(
+            "bridge-collate",
+            "Megatron Bridge's qwen2_5_collate_fn on the same examples",
+            lambda: [
+                bridge["collate"](ref._examples(g), proc, sequence_length=seq) for g in groups_of(next(br_chunks))
+            ],
+        )
         if os.path.isdir(os.path.join(dataset, ".nv-meta")):
             en_it = _energon_iter(bridge, dataset, proc, model, mbs, seq)
-            add("energon-bridge", "Energon + Bridge's QwenVLTaskEncoder on DATASET/.nv-meta",
-                lambda: _pull(en_it, n, lambda b: len(b["__keys__"])))
+            add(
+                "energon-bridge",
+                "Energon + Bridge's QwenVLTaskEncoder on DATASET/.nv-meta",
+                lambda: _pull(en_it, n, lambda b: len(b["__keys__"])),
+            )
         else:
             notes.append(f"energon-bridge not run: {dataset} has no .nv-meta (build it with vlmdata build)")
 
     def loader(exact: bool, nw: int = 0):
-        return make_loader(dataset, model=model, tokenizer=tok, seq_length=seq, micro_batch_size=mbs,
-                           num_workers=nw, exact_images=exact, num_epochs=None, shuffle=False)
+        return make_loader(
+            dataset,
+            model=model,
+            tokenizer=tok,
+            seq_length=seq,
+            micro_batch_size=mbs,
+            num_workers=nw,
+            exact_images=exact,
+            num_epochs=None,
+            shuffle=False,
+        )
 
     def rows_in(b: dict) -> int:
         return int(b["input_ids"].shape[0])
 
     fast_it, exact_it = iter(loader(False)), iter(loader(True))
-    add("vlmdata", "make_loader, fast image path, persistent iterator (reads the shards)",
-        lambda: _pull(fast_it, n, rows_in))
-    add("vlmdata-exact", "make_loader, bit-exact Pillow image path, persistent iterator",
-        lambda: _pull(exact_it, n, rows_in))
+    add(
+        "vlmdata",
+        "make_loader, fast image path, persistent iterator (reads the shards)",
+        lambda: _pull(fast_it, n, rows_in),
+    )
+    add(
+        "vlmdata-exact",
+        "make_loader, bit-exact Pillow image path, persistent iterator",
+        lambda: _pull(exact_it, n, rows_in),
+    )
     dec_chunks = _chunks(everything, n)
 
     def decode_only() -> None:
@@ -304,10 +364,12 @@ def bench_loader(dataset: str, opts: LoaderBenchOptions | None = None,
 
     add("jpeg-decode", "Pillow decode of the same samples' images to RGB pixels, nothing else", decode_only)
     for nw in opts.workers:
+
         def fresh(nw=nw) -> None:
             it = iter(loader(False, nw))
             _pull(it, n, rows_in)
             del it  # shuts the workers down, so their CPU is counted (RUSAGE_CHILDREN)
+
         add(f"vlmdata-w{nw}", f"make_loader with {nw} DataLoader workers, fresh per round (start-up included)", fresh)
 
     result = interleave(contenders, rounds=opts.rounds, warmup=opts.warmup, on_round=on_round)
@@ -317,12 +379,32 @@ def bench_loader(dataset: str, opts: LoaderBenchOptions | None = None,
     rows = []
     for c in contenders:
         s = summary["contenders"][c.name]
-        rows.append({"name": c.name, "samples_per_cpu_s": s["per_cpu_s"]["median"],
-                     "samples_per_s": s["per_wall_s"]["median"], "ratio_cpu": s["ratio_cpu"],
-                     "ratio_wall": s["ratio_wall"]})
-    vs_decode = {"vlmdata": spread(result.ratios("vlmdata", "jpeg-decode")),
-                 "vlmdata-exact": spread(result.ratios("vlmdata-exact", "jpeg-decode"))}
-    return {"benchmark": "loader", "dataset": dataset, "model": model, "samples": n, "dataset_samples": len(everything),
-            "micro_batch_size": mbs, "seq_length": seq, "cpu_count": os.cpu_count(), "contenders": what,
-            "baseline": baseline, "rows": rows, "vlmdata_vs_decode": vs_decode, "notes": notes, "timing": summary}
-
+        rows.append(
+            {
+                "name": c.name,
+                "samples_per_cpu_s": s["per_cpu_s"]["median"],
+                "samples_per_s": s["per_wall_s"]["median"],
+                "ratio_cpu": s["ratio_cpu"],
+                "ratio_wall": s["ratio_wall"],
+            }
+        )
+    vs_decode = {
+        "vlmdata": spread(result.ratios("vlmdata", "jpeg-decode")),
+        "vlmdata-exact": spread(result.ratios("vlmdata-exact", "jpeg-decode")),
+    }
+    return {
+        "benchmark": "loader",
+        "dataset": dataset,
+        "model": model,
+        "samples": n,
+        "dataset_samples": len(everything),
+        "micro_batch_size": mbs,
+        "seq_length": seq,
+        "cpu_count": os.cpu_count(),
+        "contenders": what,
+        "baseline": baseline,
+        "rows": rows,
+        "vlmdata_vs_decode": vs_decode,
+        "notes": notes,
+        "timing": summary,
+    }

@@ -58,8 +58,9 @@ class SynthBenchOptions:
             raise BenchmarkError(f"warmup must be >= 0, got {self.warmup}")
 
 
-def bench_synth(dataset: str, opts: SynthBenchOptions | None = None,
-                on_round: Callable[[int, int], object] | None = None) -> dict:
+def bench_synth(
+    dataset: str, opts: SynthBenchOptions | None = None, on_round: Callable[[int, int], object] | None = None
+) -> dict:
     """Synthetic twin generation and twin preprocessing against real decode + preprocess, interleaved rounds.
 
     Args:
@@ -85,6 +86,7 @@ def bench_synth(dataset: str, opts: SynthBenchOptions | None = None,
         def run() -> None:
             for _ in range(n):
                 fn(next(it))
+
         return run
 
     def preprocess(sample, exact: bool = False) -> None:
@@ -99,9 +101,19 @@ def bench_synth(dataset: str, opts: SynthBenchOptions | None = None,
     ]
     result = interleave(contenders, rounds=opts.rounds, warmup=opts.warmup, on_round=on_round)
     summary = result.summary(baseline="real-decode+preprocess")
-    rows = [{"name": name, "samples_per_cpu_s": c["per_cpu_s"]["median"], "ratio_cpu": c["ratio_cpu"]}
-            for name, c in summary["contenders"].items()]
+    rows = [
+        {"name": name, "samples_per_cpu_s": c["per_cpu_s"]["median"], "ratio_cpu": c["ratio_cpu"]}
+        for name, c in summary["contenders"].items()
+    ]
     per_sample = sum(len(s.images) for s in real) / len(real)
-    return {"benchmark": "synth", "dataset": dataset, "model": opts.model, "samples": n,
-            "dataset_samples": len(real), "images_per_sample": per_sample, "cpu_count": os.cpu_count(),
-            "rows": rows, "timing": summary}
+    return {
+        "benchmark": "synth",
+        "dataset": dataset,
+        "model": opts.model,
+        "samples": n,
+        "dataset_samples": len(real),
+        "images_per_sample": per_sample,
+        "cpu_count": os.cpu_count(),
+        "rows": rows,
+        "timing": summary,
+    }

@@ -124,12 +124,21 @@ class TimingResult:
 
     def summary(self, baseline: str | None = None) -> dict:
         """JSON-able figures: load, rounds, and per contender wall/cpu/rate/ratio spreads."""
-        out = {"rounds": self.rounds, "warmup_rounds": self.warmup, "baseline": baseline,
-               "load_average_start": list(self.load_start), "load_average_end": list(self.load_end),
-               "orders": self.orders, "contenders": {}}
+        out = {
+            "rounds": self.rounds,
+            "warmup_rounds": self.warmup,
+            "baseline": baseline,
+            "load_average_start": list(self.load_start),
+            "load_average_end": list(self.load_end),
+            "orders": self.orders,
+            "contenders": {},
+        }
         for n in self.names:
-            row = {"wall_s": spread(self.times(n, "wall")), "cpu_s": spread(self.times(n, "cpu")),
-                   "units": self.units.get(n)}
+            row = {
+                "wall_s": spread(self.times(n, "wall")),
+                "cpu_s": spread(self.times(n, "cpu")),
+                "units": self.units.get(n),
+            }
             if self.units.get(n) is not None:
                 row["per_cpu_s"] = spread(self.rates(n, "cpu"))
                 row["per_wall_s"] = spread(self.rates(n, "wall"))
@@ -168,8 +177,13 @@ def _timed(c: Contender, clock: Clock) -> tuple[float, float]:
     return w1 - w0, cpu
 
 
-def interleave(contenders: Sequence[Contender], rounds: int = 5, warmup: int = 1, clock: Clock | None = None,
-               on_round: Callable[[int, int], object] | None = None) -> TimingResult:
+def interleave(
+    contenders: Sequence[Contender],
+    rounds: int = 5,
+    warmup: int = 1,
+    clock: Clock | None = None,
+    on_round: Callable[[int, int], object] | None = None,
+) -> TimingResult:
     """Run ``contenders`` interleaved (see the module docstring) and return every measurement.
 
     Args:
@@ -208,9 +222,16 @@ def interleave(contenders: Sequence[Contender], rounds: int = 5, warmup: int = 1
                 measurements.append(Measurement(n, r - warmup, pos, wall, cpu))
         if on_round is not None:
             on_round(r + 1, total)
-    return TimingResult(names=names, rounds=rounds, warmup=warmup, measurements=measurements,
-                        load_start=load_start, load_end=tuple(clock.load()),  # type: ignore[arg-type]
-                        units={c.name: c.units for c in contenders}, orders=orders)
+    return TimingResult(
+        names=names,
+        rounds=rounds,
+        warmup=warmup,
+        measurements=measurements,
+        load_start=load_start,  # pyright: ignore[reportArgumentType]  (os.getloadavg: three floats)
+        load_end=tuple(clock.load()),  # type: ignore[arg-type]
+        units={c.name: c.units for c in contenders},
+        orders=orders,
+    )
 
 
 def _fmt(s: dict[str, float], digits: int = 2, suffix: str = "") -> str:
@@ -234,7 +255,9 @@ def markdown_table(summary: dict, unit: str = "samples", title: str | None = Non
             cells += [_fmt(row["ratio_cpu"], 2, "x"), _fmt(row["ratio_wall"], 2, "x")]
         lines.append("| " + " | ".join(cells) + " |")
     ls, le = summary["load_average_start"], summary["load_average_end"]
-    foot = (f"{summary['rounds']} interleaved rounds (+{summary['warmup_rounds']} warm-up), median (min-max); "
-            f"load average {ls[0]:.2f} at start, {le[0]:.2f} at end; {os.cpu_count()} cores")
+    foot = (
+        f"{summary['rounds']} interleaved rounds (+{summary['warmup_rounds']} warm-up), median (min-max); "
+        f"load average {ls[0]:.2f} at start, {le[0]:.2f} at end; {os.cpu_count()} cores"
+    )
     lines += ["", foot]
     return "\n".join(lines)

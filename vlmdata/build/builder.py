@@ -125,8 +125,11 @@ class BuildOptions:
         if self.verify not in ("header", "full"):
             raise BuildError(f"`verify` must be 'header' or 'full', not {self.verify!r}")
         if not isinstance(self.prompt, str) or conversation_problem(
-                [{"role": "user", "content": [{"type": "text", "text": self.prompt}]},
-                 {"role": "assistant", "content": [{"type": "text", "text": "x"}]}]):
+            [
+                {"role": "user", "content": [{"type": "text", "text": self.prompt}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "x"}]},
+            ]
+        ):
             raise BuildError("`prompt` must be plain text (no control tokens such as <|im_end|>)")
 
 
@@ -139,8 +142,10 @@ def check_prefix(prefix: str) -> None:
     """BuildError unless ``prefix`` is a plain shard-name prefix (letters, digits, ``_.-``; at most 64)."""
     if not isinstance(prefix, str) or not PREFIX_RE.match(prefix) or ".." in prefix:
         shown = safe_label(prefix, 40) if isinstance(prefix, str) else type(prefix).__name__
-        raise BuildError(f"`prefix` {shown!r}: use 1-64 letters, digits, '_', '.' or '-', starting with a letter "
-                         "or digit (no folders)")
+        raise BuildError(
+            f"`prefix` {shown!r}: use 1-64 letters, digits, '_', '.' or '-', starting with a letter "
+            "or digit (no folders)"
+        )
 
 
 def key_for(index: int) -> str:
@@ -148,6 +153,7 @@ def key_for(index: int) -> str:
 
 
 # ----------------------------------------------------------------------------- one input
+
 
 def prepare(item: SourceItem, opts: BuildOptions) -> Entry | dict:
     """Read and check one input; return an Entry to pack, or a skip record naming the input and reason.
@@ -158,8 +164,12 @@ def prepare(item: SourceItem, opts: BuildOptions) -> Entry | dict:
     """
 
     def skip(reason: str, detail: str) -> dict:
-        return {"input": safe_label(item.input), "source_id": safe_label(item.source_id, 200), "reason": reason,
-                "detail": safe_label(storage.redact_text(detail), 500)}
+        return {
+            "input": safe_label(item.input),
+            "source_id": safe_label(item.source_id, 200),
+            "reason": reason,
+            "detail": safe_label(storage.redact_text(detail), 500),
+        }
 
     try:
         return _prepare(item, opts, skip)
@@ -221,11 +231,14 @@ def _prepare(item: SourceItem, opts: BuildOptions, skip) -> Entry | dict:
         sample.image_info.append(ImageInfo(file=f"{i}.{FORMAT_EXT[fmt]}", width=w, height=h, format=fmt, bytes=size))
         payloads.append(payload)
     images = [(info.file, p, info.bytes) for info, p in zip(sample.image_info, payloads)]
-    entry = Entry(item.index, sample.key, dumps(sample.meta()), images, input=safe_label(item.input),
-                  source_id=sample.source_id)
+    entry = Entry(
+        item.index, sample.key, dumps(sample.meta()), images, input=safe_label(item.input), source_id=sample.source_id
+    )
     if opts.max_size is not None and entry.tar_bytes + END_BYTES > opts.max_size:
-        return skip("sample_too_large", f"the sample takes {entry.tar_bytes + END_BYTES} bytes in a shard, more than "
-                    f"`max_size` {opts.max_size}")
+        return skip(
+            "sample_too_large",
+            f"the sample takes {entry.tar_bytes + END_BYTES} bytes in a shard, more than `max_size` {opts.max_size}",
+        )
     return entry
 
 
@@ -252,6 +265,7 @@ def _read_sparse(path: str) -> bytes:
 
 
 # ----------------------------------------------------------------------------- packing
+
 
 def _prepare_chunk(args: tuple[list[SourceItem], BuildOptions]) -> list[Entry | dict]:
     items, opts = args
@@ -306,8 +320,14 @@ def _upload_shard(rec: ShardRecord, staging: str, out: str, no: int) -> None:
     storage.write_json(storage.join(out, STATE_DIR, f"{no:06d}.json"), rec.state_dict())
 
 
-def _pack(results: Iterable[tuple[int, Entry | dict]], planner: Planner, writer: Callable, engine: Engine,
-          start: int, progress) -> tuple[list[ShardRecord], int, list[dict]]:
+def _pack(
+    results: Iterable[tuple[int, Entry | dict]],
+    planner: Planner,
+    writer: Callable,
+    engine: Engine,
+    start: int,
+    progress,
+) -> tuple[list[ShardRecord], int, list[dict]]:
     """Plan shards in input order and hand each to the engine as soon as it closes.
 
     ``writer(plan) -> ShardRecord`` must be picklable (a module-level function or a partial of one).
@@ -325,9 +345,13 @@ def _pack(results: Iterable[tuple[int, Entry | dict]], planner: Planner, writer:
     for index, res in results:
         seen = index + 1
         if isinstance(res, Entry) and planner.max_size is not None and res.tar_bytes + END_BYTES > planner.max_size:
-            res = {"input": res.input or res.key, "source_id": res.source_id, "reason": "sample_too_large",
-                   "detail": f"the sample takes {res.tar_bytes + END_BYTES} bytes in a shard, more than `max_size` "
-                             f"{planner.max_size}"}
+            res = {
+                "input": res.input or res.key,
+                "source_id": res.source_id,
+                "reason": "sample_too_large",
+                "detail": f"the sample takes {res.tar_bytes + END_BYTES} bytes in a shard, more than `max_size` "
+                f"{planner.max_size}",
+            }
         if isinstance(res, Entry):
             plan = planner.add(res)
             if plan:
@@ -343,8 +367,15 @@ def _pack(results: Iterable[tuple[int, Entry | dict]], planner: Planner, writer:
     return records, seen, tail
 
 
-def run_build_pipeline(items: Iterable[SourceItem], opts: BuildOptions, planner: Planner, writer: Callable,
-                       engine: Engine, start: int = 0, progress=None) -> tuple[list[ShardRecord], int, list[dict]]:
+def run_build_pipeline(
+    items: Iterable[SourceItem],
+    opts: BuildOptions,
+    planner: Planner,
+    writer: Callable,
+    engine: Engine,
+    start: int = 0,
+    progress=None,
+) -> tuple[list[ShardRecord], int, list[dict]]:
     """Map per-chunk ``prepare`` work and per-shard ``writer`` work onto ``engine``; plan in between.
 
     Returns (records of the new shards in order, inputs seen, skips after the last shard).
@@ -353,6 +384,7 @@ def run_build_pipeline(items: Iterable[SourceItem], opts: BuildOptions, planner:
 
 
 # ----------------------------------------------------------------------------- the output folder
+
 
 def _real(p: str) -> str:
     return os.path.realpath(os.path.abspath(p))
@@ -373,12 +405,16 @@ def _check_not_source(out: str, protected: list[str]) -> None:
     for p in protected:
         if p and _contains(out, p):
             what = "the source" if p == protected[0] else "the image root"
-            raise BuildError(f"{storage.redact(out)}: is {what} or a folder containing it ({storage.redact(p)}); "
-                             "choose another output folder")
+            raise BuildError(
+                f"{storage.redact(out)}: is {what} or a folder containing it ({storage.redact(p)}); "
+                "choose another output folder"
+            )
 
 
-_OWNED = re.compile(r"^(manifest\.json(\.tmp)?|\.nv-meta|" + re.escape(STATE_DIR) + r"|[A-Za-z0-9][A-Za-z0-9_.-]*-\d{6}"
-                    r"\.tar(\.idx|\.tmp|\.idx\.tmp)?)$")
+_OWNED = re.compile(
+    r"^(manifest\.json(\.tmp)?|\.nv-meta|" + re.escape(STATE_DIR) + r"|[A-Za-z0-9][A-Za-z0-9_.-]*-\d{6}"
+    r"\.tar(\.idx|\.tmp|\.idx\.tmp)?)$"
+)
 
 
 def _dataset_marker(out: str) -> str | None:
@@ -426,11 +462,15 @@ def _check_out_dir(out: str, resume: bool, overwrite: bool, protected: list[str]
     if not children or resume:
         return []
     if not overwrite:
-        raise BuildError(f"{shown}: exists and is not empty (`overwrite` replaces a vlmdata dataset, "
-                         "`resume` finishes an interrupted build)")
+        raise BuildError(
+            f"{shown}: exists and is not empty (`overwrite` replaces a vlmdata dataset, "
+            "`resume` finishes an interrupted build)"
+        )
     if _dataset_marker(out) is None:
-        raise BuildError(f"{shown}: not a vlmdata dataset (no vlmdata {MANIFEST_NAME}); `overwrite` only replaces a "
-                         "dataset folder: empty it or choose another output folder")
+        raise BuildError(
+            f"{shown}: not a vlmdata dataset (no vlmdata {MANIFEST_NAME}); `overwrite` only replaces a "
+            "dataset folder: empty it or choose another output folder"
+        )
     return _owned_entries(out)
 
 
@@ -458,8 +498,10 @@ def _lock(folder: str):
             if not _alive(holder) and time.monotonic() < deadline:
                 time.sleep(0.05)  # its build died: the worker processes it forked die with it in a moment
                 continue
-            raise BuildError(f"{folder}: another vlmdata build or synth is writing here (pid {holder}); wait for it "
-                             "or choose another output folder") from None
+            raise BuildError(
+                f"{folder}: another vlmdata build or synth is writing here (pid {holder}); wait for it "
+                "or choose another output folder"
+            ) from None
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
@@ -510,24 +552,32 @@ def _source_key(source: str) -> str:
 def _check_resume_options(prev: dict, want: dict, out: str) -> None:
     if prev.get("source") != want["source"] or prev.get("options") != want["options"]:
         diff = sorted(k for k in want["options"] if (prev.get("options") or {}).get(k) != want["options"][k])
-        raise BuildError(f"{out}: `resume` with different source or options than the interrupted build "
-                         f"({diff or 'source'})")
+        raise BuildError(
+            f"{out}: `resume` with different source or options than the interrupted build ({diff or 'source'})"
+        )
     if "source_fingerprint" not in prev:
-        raise BuildError(f"{out}: the interrupted build was made by an older vlmdata that did not record the source's "
-                         "state, so resuming could mix old and new data; rebuild with `overwrite`")
+        raise BuildError(
+            f"{out}: the interrupted build was made by an older vlmdata that did not record the source's "
+            "state, so resuming could mix old and new data; rebuild with `overwrite`"
+        )
     if prev["source_fingerprint"] != want["source_fingerprint"]:
-        raise BuildError(f"{out}: the source changed since the interrupted build (files added, removed or modified); "
-                         "resuming would mix old and new data: rebuild with `overwrite`")
+        raise BuildError(
+            f"{out}: the source changed since the interrupted build (files added, removed or modified); "
+            "resuming would mix old and new data: rebuild with `overwrite`"
+        )
 
 
 def _read_options(path: str, out: str) -> dict:
     try:
         d = json.loads(storage.cat(path).decode("utf-8"))
     except (OSError, ValueError, RecursionError, storage.StorageError):
-        raise BuildError(f"{out}: the interrupted build's {STATE_DIR}/options.json is unreadable; rebuild with "
-                         "`overwrite`") from None
+        raise BuildError(
+            f"{out}: the interrupted build's {STATE_DIR}/options.json is unreadable; rebuild with `overwrite`"
+        ) from None
     if not isinstance(d, dict):
-        raise BuildError(f"{out}: the interrupted build's {STATE_DIR}/options.json is malformed; rebuild with `overwrite`")
+        raise BuildError(
+            f"{out}: the interrupted build's {STATE_DIR}/options.json is malformed; rebuild with `overwrite`"
+        )
     return d
 
 
@@ -569,8 +619,9 @@ def _verified_local_records(out: str, state: str, prefix: str) -> list[ShardReco
         records.append(rec)
         n += 1
     keep = {r.name for r in records}
-    for p in glob.glob(os.path.join(glob.escape(out), f"{glob.escape(prefix)}-*.tar*")) \
-            + glob.glob(os.path.join(glob.escape(state), "*.json.tmp")):
+    for p in glob.glob(os.path.join(glob.escape(out), f"{glob.escape(prefix)}-*.tar*")) + glob.glob(
+        os.path.join(glob.escape(state), "*.json.tmp")
+    ):
         if os.path.basename(p) not in keep:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(p)
@@ -613,7 +664,7 @@ def _load_remote_resume_state(out: str, staging: str, opts: BuildOptions, want: 
     # staged shards that were written but whose upload did not finish: verify locally, upload now
     local_state = os.path.join(staging, STATE_DIR)
     staged = _verified_local_records(staging, local_state, opts.prefix) if os.path.isdir(local_state) else []
-    for rec in staged[len(records):]:
+    for rec in staged[len(records) :]:
         if rec.start_index != (records[-1].end_index if records else 0):
             break
         _upload_shard(rec, staging, out, len(records))
@@ -625,7 +676,9 @@ def _load_remote_resume_state(out: str, staging: str, opts: BuildOptions, want: 
             storage.rm(p)
     for p in in_state:
         name = storage.basename(p)
-        if name != "options.json" and not (name.endswith(".json") and name[:-5].isdigit() and int(name[:-5]) < len(records)):
+        if name != "options.json" and not (
+            name.endswith(".json") and name[:-5].isdigit() and int(name[:-5]) < len(records)
+        ):
             storage.rm(p)
     for name in os.listdir(staging) if os.path.isdir(staging) else []:
         if name.startswith(f"{opts.prefix}-") and ".tar" in name and name not in keep:
@@ -648,17 +701,31 @@ def _energon(root: str, records: list[ShardRecord], energon: bool, workers: int,
     from vlmdata.dataset.nvmeta import prepare_energon  # imports yaml and sqlite3 only when metadata is written
 
     try:
-        return prepare_energon(root, [r.name for r in records], workers=max(1, workers), target=target,
-                               layouts={r.name: r.layout for r in records if r.layout is not None})
+        return prepare_energon(
+            root,
+            [r.name for r in records],
+            workers=max(1, workers),
+            target=target,
+            layouts={r.name: r.layout for r in records if r.layout is not None},
+        )
     except OSError:
         raise
     except Exception as e:  # noqa: BLE001 - Energon's own errors: the shards are there, resume redoes this step
-        raise BuildError(f"{root}: Energon indexing failed ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); "
-                         "the shards are complete: `resume` retries") from None
+        raise BuildError(
+            f"{root}: Energon indexing failed ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); "
+            "the shards are complete: `resume` retries"
+        ) from None
 
 
-def _finish_remote(out: str, staging: str, records: list[ShardRecord], manifest_args: dict, energon: bool,
-                   workers: int, energon_target: str) -> dict:
+def _finish_remote(
+    out: str,
+    staging: str,
+    records: list[ShardRecord],
+    manifest_args: dict,
+    energon: bool,
+    workers: int,
+    energon_target: str,
+) -> dict:
     """Index the shards in staging (from their recorded layouts; a resumed shard not staged here is fetched
     to read its headers), upload the index and
     metadata, then manifest.json last: its presence in OUT marks a complete dataset."""
@@ -691,7 +758,9 @@ def _peek(items: Iterator[SourceItem], source: str) -> Iterator[SourceItem]:
     except StopIteration:
         raise SourceError(f"{storage.redact(source)}: the source has no inputs") from None
     except (OSError, storage.StorageError) as e:
-        raise SourceError(f"{storage.redact(source)}: cannot read ({storage.redact_text(getattr(e, 'strerror', None) or e)})") from None
+        raise SourceError(
+            f"{storage.redact(source)}: cannot read ({storage.redact_text(getattr(e, 'strerror', None) or e)})"
+        ) from None
     return chain([first], items)
 
 
@@ -699,16 +768,33 @@ def _output_error(e: OSError, out: str) -> BuildError:
     where = safe_label(storage.redact(e.filename)) if isinstance(e.filename, str) else storage.redact(out)
     why = e.strerror or str(e)
     started = not storage.is_url(out) and os.path.isfile(os.path.join(out, STATE_DIR, "options.json"))
-    return BuildError(f"{where}: {why}" + (" (the build stopped; the shards written so far are kept: fix the problem "
-                                          "and run again with `resume`)" if started else ""))
+    return BuildError(
+        f"{where}: {why}"
+        + (
+            " (the build stopped; the shards written so far are kept: fix the problem and run again with `resume`)"
+            if started
+            else ""
+        )
+    )
 
 
 # ----------------------------------------------------------------------------- build
 
-def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bool = False, overwrite: bool = False,
-          progress: Callable[[int], None] | None = None, energon: bool = True,
-          energon_target: str = "vlmdata", engine: "Engine | str | None" = None, address: str | None = None,
-          staging: str | None = None) -> dict:
+
+def build(
+    source: str,
+    out: str,
+    opts: BuildOptions | None = None,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: Callable[[int], None] | None = None,
+    energon: bool = True,
+    energon_target: str = "vlmdata",
+    engine: "Engine | str | None" = None,
+    address: str | None = None,
+    staging: str | None = None,
+) -> dict:
     """Build shards from ``source`` into ``out``; return the manifest dict.
 
     ``source`` and ``out`` may be local paths or fsspec URLs (``s3://bucket/prefix``, ``file://...``).
@@ -730,7 +816,6 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
     if energon_target not in ("vlmdata", "bridge"):
         raise BuildError(f"`energon_target` must be 'vlmdata' or 'bridge', not {energon_target!r}")
     if engine == "ray":  # fail before touching OUT
-
         import_ray()
     try:
         source, out = storage.local(source), storage.local(out)
@@ -748,8 +833,9 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
     try:
         _precheck_out(out, resume, [source] + ([storage.local(opts.image_root)] if opts.image_root else []))
         with _lock(out if staging is None else staging), _remove_if_left_empty(out if created else None):
-            return _build_locked(source, out, opts, resume, overwrite, progress, energon, energon_target, engine,
-                                 address, staging)
+            return _build_locked(
+                source, out, opts, resume, overwrite, progress, energon, energon_target, engine, address, staging
+            )
     except SourceChanged as e:
         raise BuildError(f"{e} (the build stopped; run again with `resume`)") from None
     except (BuildError, SourceError, EngineError, storage.StorageError):
@@ -758,18 +844,29 @@ def build(source: str, out: str, opts: BuildOptions | None = None, *, resume: bo
         raise _output_error(e, out) from None
 
 
-def _build_locked(source, out, opts, resume, overwrite, progress, energon, energon_target, engine, address,
-                  staging) -> dict:
+def _build_locked(
+    source, out, opts, resume, overwrite, progress, energon, energon_target, engine, address, staging
+) -> dict:
     remote = storage.is_url(out)
-    fmt, items = open_source(source, opts.format, image_root=opts.image_root, prompt=opts.prompt, deferred=True,
-                             image_column=opts.image_column, text_column=opts.text_column,
-                             allow_outside_root=opts.allow_outside_root)
+    fmt, items = open_source(
+        source,
+        opts.format,
+        image_root=opts.image_root,
+        prompt=opts.prompt,
+        deferred=True,
+        image_column=opts.image_column,
+        text_column=opts.text_column,
+        allow_outside_root=opts.allow_outside_root,
+    )
     protected = [source] + ([storage.local(opts.image_root)] if opts.image_root else [])
     to_delete = _check_out_dir(out, resume, overwrite, protected)
     items = _peek(iter(items), source)
     try:
-        fingerprint = {"source": _source_key(source), "options": opts.fingerprint(),
-                       "source_fingerprint": source_fingerprint(source, fmt, exclude=None if remote else out)}
+        fingerprint = {
+            "source": _source_key(source),
+            "options": opts.fingerprint(),
+            "source_fingerprint": source_fingerprint(source, fmt, exclude=None if remote else out),
+        }
     except (OSError, storage.StorageError) as e:
         raise SourceError(f"{storage.redact(source)}: cannot read ({storage.redact_text(e)})") from None
     _clear(to_delete)  # the source is open and its first record read: only now replace the old dataset
@@ -800,18 +897,29 @@ def _build_locked(source, out, opts, resume, overwrite, progress, energon, energ
     if workers is None:  # vlmdata.build.policy: the first inputs tell a small source from a large one
         head = list(islice(items, SMALL_INPUT))
         items = chain(head, items)
-        heavy = (opts.verify == "full" or bool(opts.max_pixels) or storage.is_url(source)
-                 or bool(opts.image_root and storage.is_url(opts.image_root)))
-        workers = auto_workers(heavy=heavy, small=len(head) < SMALL_INPUT,
-                               engine=engine if isinstance(engine, str) else "local")
+        heavy = (
+            opts.verify == "full"
+            or bool(opts.max_pixels)
+            or storage.is_url(source)
+            or bool(opts.image_root and storage.is_url(opts.image_root))
+        )
+        workers = auto_workers(
+            heavy=heavy, small=len(head) < SMALL_INPUT, engine=engine if isinstance(engine, str) else "local"
+        )
     with engine_context(engine, workers, address) as eng:
-        new, seen, tail_skips = run_build_pipeline(islice(items, start, None), opts, planner, writer, eng, start, progress)
+        new, seen, tail_skips = run_build_pipeline(
+            islice(items, start, None), opts, planner, writer, eng, start, progress
+        )
     records = done + new
     acc = Accounting.from_records(seen, records, tail_skips)
-    manifest_args: dict[str, Any] = dict(kind="build", prefix=opts.prefix, records=records, accounting=acc,
-                                         options={**opts.fingerprint(), "workers": workers},
-                         source={"format": fmt, "path": storage.redact(source),
-                                 "fingerprint": fingerprint["source_fingerprint"]})
+    manifest_args: dict[str, Any] = dict(
+        kind="build",
+        prefix=opts.prefix,
+        records=records,
+        accounting=acc,
+        options={**opts.fingerprint(), "workers": workers},
+        source={"format": fmt, "path": storage.redact(source), "fingerprint": fingerprint["source_fingerprint"]},
+    )
     if remote:
         return _finish_remote(out, staging, records, manifest_args, energon, workers, energon_target)
     record = _energon(out, records, energon, workers, energon_target)
@@ -820,8 +928,12 @@ def _build_locked(source, out, opts, resume, overwrite, progress, energon, energ
     return manifest
 
 
-def build_shortfall(manifest: dict, min_written_fraction: float = DEFAULT_MIN_WRITTEN_FRACTION,
-                    source: str | None = None, opts: BuildOptions | None = None) -> dict | None:
+def build_shortfall(
+    manifest: dict,
+    min_written_fraction: float = DEFAULT_MIN_WRITTEN_FRACTION,
+    source: str | None = None,
+    opts: BuildOptions | None = None,
+) -> dict | None:
     """None when a finished build wrote enough, else why not and what likely fixes it.
 
     Args:
@@ -844,8 +956,14 @@ def build_shortfall(manifest: dict, min_written_fraction: float = DEFAULT_MIN_WR
     for reason, n in counts.most_common(3):
         ex = next(s for s in skips if s.get("reason") == reason)
         top.append({"reason": reason, "count": n, "example": f"{ex.get('input')}: {ex.get('detail')}"})
-    return {"written": written, "seen": seen, "fraction": (written / seen) if seen else 0.0,
-            "bar": min_written_fraction, "top_reasons": top, "hints": _hints(counts, manifest, source, opts)}
+    return {
+        "written": written,
+        "seen": seen,
+        "fraction": (written / seen) if seen else 0.0,
+        "bar": min_written_fraction,
+        "top_reasons": top,
+        "hints": _hints(counts, manifest, source, opts),
+    }
 
 
 def _hints(counts: Counter, manifest: dict, source: str | None, opts: BuildOptions | None) -> list[dict]:
@@ -855,42 +973,80 @@ def _hints(counts: Counter, manifest: dict, source: str | None, opts: BuildOptio
     top = counts.most_common(1)[0][0] if counts else None
     if counts.get("missing_file") and fmt in ("llava", "messages"):
         if opts.image_root:
-            hints.append({"param": "image_root", "why": f"image paths were read relative to {opts.image_root}; "
-                          "check that it is the folder the records' paths are relative to"})
+            hints.append(
+                {
+                    "param": "image_root",
+                    "why": f"image paths were read relative to {opts.image_root}; "
+                    "check that it is the folder the records' paths are relative to",
+                }
+            )
         else:
             where = storage.dirname(storage.local(source)) if source else "the JSON file's folder"
-            hints.append({"param": "image_root", "why": f"image paths were read relative to {storage.redact(where)} "
-                          "(the JSON file's folder); give the folder they are relative to"})
+            hints.append(
+                {
+                    "param": "image_root",
+                    "why": f"image paths were read relative to {storage.redact(where)} "
+                    "(the JSON file's folder); give the folder they are relative to",
+                }
+            )
     if counts.get("outside_root"):
-        hints.append({"param": "allow_outside_root", "why": "records point to images outside the source root; "
-                      "allow it if you trust the records"})
+        hints.append(
+            {
+                "param": "allow_outside_root",
+                "why": "records point to images outside the source root; allow it if you trust the records",
+            }
+        )
     if fmt in ("llava", "messages") and source and (counts.get("bad_record") or counts.get("bad_json")):
-
         try:
             looks = sniff(storage.local(source))
         except Exception:  # noqa: BLE001 - a hint must never fail the report
             looks = None
         if looks and looks != fmt:
-            hints.append({"param": "format", "why": f"the records look like '{looks}' data, the build read them as "
-                          f"'{fmt}'"})
+            hints.append(
+                {"param": "format", "why": f"the records look like '{looks}' data, the build read them as '{fmt}'"}
+            )
     if fmt == "folder" and top == "missing_caption":
         hints.append({"param": None, "why": "each image needs a caption NAME.txt or NAME.json beside it"})
     if counts.get("too_large"):
-        hints.append({"param": "max_image_pixels", "why": "images above the pixel limit were skipped as possible "
-                      "decompression bombs; raise it if they are genuine"})
+        hints.append(
+            {
+                "param": "max_image_pixels",
+                "why": "images above the pixel limit were skipped as possible "
+                "decompression bombs; raise it if they are genuine",
+            }
+        )
     if counts.get("sample_too_large"):
-        hints.append({"param": "max_size", "why": "samples larger than a whole shard were skipped; raise the shard "
-                      "size or downscale with max_pixels"})
+        hints.append(
+            {
+                "param": "max_size",
+                "why": "samples larger than a whole shard were skipped; raise the shard "
+                "size or downscale with max_pixels",
+            }
+        )
     return hints
 
 
 # ----------------------------------------------------------------------------- in-memory samples
 
-def write_dataset(out: str, samples: Iterable[Sample], *, kind: str, options: dict, source: dict,
-                  overwrite: bool = False, prefix: str = "shard", max_count: int = 1000, max_size: int | None = None,
-                  workers: int = 1, progress: Callable[[int], None] | None = None, energon: bool = True,
-                  energon_target: str = "vlmdata", engine: "Engine | str | None" = None,
-                  address: str | None = None) -> dict:
+
+def write_dataset(
+    out: str,
+    samples: Iterable[Sample],
+    *,
+    kind: str,
+    options: dict,
+    source: dict,
+    overwrite: bool = False,
+    prefix: str = "shard",
+    max_count: int = 1000,
+    max_size: int | None = None,
+    workers: int = 1,
+    progress: Callable[[int], None] | None = None,
+    energon: bool = True,
+    energon_target: str = "vlmdata",
+    engine: "Engine | str | None" = None,
+    address: str | None = None,
+) -> dict:
     """Write in-memory samples (e.g. synthetic ones) as a dataset in exactly the ``build`` format.
 
     Sample keys must be unique and increasing; the manifest's ``kind`` tells the datasets apart.
@@ -922,8 +1078,16 @@ def write_dataset(out: str, samples: Iterable[Sample], *, kind: str, options: di
                 records, seen, tail = _pack(results, planner, writer, eng, 0, progress)
             acc = Accounting.from_records(seen, records, tail)
             record = _energon(out, records, energon, workers, energon_target)
-            return write_manifest(out, kind=kind, prefix=prefix, records=records, accounting=acc, options=options,
-                                  source=source, extra={"energon": record})
+            return write_manifest(
+                out,
+                kind=kind,
+                prefix=prefix,
+                records=records,
+                accounting=acc,
+                options=options,
+                source=source,
+                extra={"energon": record},
+            )
     except OSError as e:
         raise _output_error(e, out) from None
 

@@ -58,6 +58,7 @@ def print_json(obj) -> None:
 
 # ----------------------------------------------------------------------------- progress
 
+
 def clock(seconds: float) -> str:
     """``H:MM:SS`` for a duration in seconds."""
     s = int(max(seconds, 0) + 0.5)
@@ -101,9 +102,14 @@ class Advance:
         elapsed = (time.monotonic() if now is None else now) - self.start
         rate = self.n / elapsed if elapsed > 0 and self.n else None
         count = f"{self.n}/{self.total} {self.unit}" if self.total else f"{self.n} {self.unit}"
-        parts = [f"{self.description}: " + ("done, " if done else "") + count
-                 + (f" ({self.n / self.total:.0%})" if self.total and not done else ""),
-                 _rate_text(rate, self.unit.split()[-1] if self.unit else "items"), f"elapsed {clock(elapsed)}"]
+        parts = [
+            f"{self.description}: "
+            + ("done, " if done else "")
+            + count
+            + (f" ({self.n / self.total:.0%})" if self.total and not done else ""),
+            _rate_text(rate, self.unit.split()[-1] if self.unit else "items"),
+            f"elapsed {clock(elapsed)}",
+        ]
         if self.total and not done:
             left = self.total - self.n
             parts.append(f"ETA {clock(left / rate)}" if rate and left >= 0 else "ETA -")
@@ -126,9 +132,16 @@ def _interval() -> float:
 
 
 @contextmanager
-def progress(description: str, total: int | None = None, quiet: bool = False, *, unit: str = "items",
-             bar: bool | None = None, stream: IO[str] | None = None,
-             interval: float | None = None) -> Iterator[Advance]:
+def progress(
+    description: str,
+    total: int | None = None,
+    quiet: bool = False,
+    *,
+    unit: str = "items",
+    bar: bool | None = None,
+    stream: IO[str] | None = None,
+    interval: float | None = None,
+) -> Iterator[Advance]:
     """Report progress of a loop; yields ``advance(n=1)`` (an ``Advance``).
 
     Args:
@@ -214,11 +227,25 @@ def _rich_bar(adv: Advance) -> Iterator[Advance]:
 
     def columns():
         if adv.total:
-            return [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn(adv.unit), TaskProgressColumn(), Rate(), TimeElapsedColumn(), TextColumn("ETA"),
-                    TimeRemainingColumn()]
-        return [SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed:.0f} " + adv.unit),
-                Rate(), TimeElapsedColumn()]
+            return [
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn(adv.unit),
+                TaskProgressColumn(),
+                Rate(),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+            ]
+        return [
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TextColumn("{task.completed:.0f} " + adv.unit),
+            Rate(),
+            TimeElapsedColumn(),
+        ]
 
     with Progress(*columns(), console=err, transient=True) as p:
         task = p.add_task(adv.description, total=adv.total)
@@ -234,6 +261,7 @@ def _rich_bar(adv: Advance) -> Iterator[Advance]:
 
 
 # ----------------------------------------------------------------------------- tables and numbers
+
 
 def counts(mapping: dict | None, empty: str = "none") -> str:
     """``{"missing_file": 31, "bad_image": 2}`` -> ``"missing_file 31, bad_image 2"`` (largest first)."""
@@ -253,8 +281,9 @@ def table(title: str | None, head: list[str] | None, rows: Iterable[Iterable], *
     """A rich table; the first ``left`` columns left-aligned, the rest right-aligned; ``head=None``: no header."""
     rows = [[str(c) for c in r] for r in rows]
     width = max((len(r) for r in rows), default=len(head or []))
-    t = Table(title=title, show_header=head is not None, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
-              show_edge=False)
+    t = Table(
+        title=title, show_header=head is not None, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False
+    )
     for i in range(width):
         name = head[i] if head else ""
         t.add_column(name, justify="left" if i < left else "right", min_width=len(name))

@@ -81,11 +81,15 @@ def _command_in(argv: list[str]) -> str | None:
 
 def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The argument parser; only the subcommand named in ``argv`` (if any) is fully built (imported)."""
-    p = Parser(prog="vlmdata", description=(
-        "Real, synthetic and mock multimodal data for honest VLM throughput benchmarks in Megatron Bridge.\n"
-        "Exit codes: 0 ok, 1 check failed, 2 usage/input error, 3 misleading benchmark (audit).\n"
-        "`vlmdata COMMAND --help` for a command's options."),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(
+        prog="vlmdata",
+        description=(
+            "Real, synthetic and mock multimodal data for honest VLM throughput benchmarks in Megatron Bridge.\n"
+            "Exit codes: 0 ok, 1 check failed, 2 usage/input error, 3 misleading benchmark (audit).\n"
+            "`vlmdata COMMAND --help` for a command's options."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.top_level = True
     p.add_argument("--version", action="version", version=f"vlmdata {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")

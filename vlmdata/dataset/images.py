@@ -102,13 +102,13 @@ def _exif_orientation(app1: bytes) -> int:
     ifd = int.from_bytes(t[4:8], order)
     if ifd + 2 > len(t):
         return 1
-    n = int.from_bytes(t[ifd:ifd + 2], order)
+    n = int.from_bytes(t[ifd : ifd + 2], order)
     for k in range(min(n, 512)):
         e = ifd + 2 + 12 * k
         if e + 12 > len(t):
             break
-        if int.from_bytes(t[e:e + 2], order) == _EXIF_ORIENTATION:
-            v = int.from_bytes(t[e + 8:e + 10], order)
+        if int.from_bytes(t[e : e + 2], order) == _EXIF_ORIENTATION:
+            v = int.from_bytes(t[e + 8 : e + 10], order)
             return v if 1 <= v <= 8 else 1
     return 1
 
@@ -130,17 +130,17 @@ def _jpeg_walk(data: bytes, limit: int) -> tuple[int, int, int, int] | None:
         if marker in (0x01, 0xD8) or 0xD0 <= marker <= 0xD7:
             i += 2
             continue
-        seg = int.from_bytes(data[i + 2:i + 4], "big")
+        seg = int.from_bytes(data[i + 2 : i + 4], "big")
         if seg < 2:
             return None
         if marker == 0xE1 and size is None and i + 2 + seg <= n:
-            o = _exif_orientation(data[i + 4:i + 2 + seg])
+            o = _exif_orientation(data[i + 4 : i + 2 + seg])
             orientation = o if orientation == 1 else orientation
         if marker in _SOF and size is None:
             if i + 9 > n:
                 return None
-            h = int.from_bytes(data[i + 5:i + 7], "big")
-            w = int.from_bytes(data[i + 7:i + 9], "big")
+            h = int.from_bytes(data[i + 5 : i + 7], "big")
+            w = int.from_bytes(data[i + 7 : i + 9], "big")
             if not (w and h):
                 return None
             size = (w, h)
@@ -200,8 +200,11 @@ def check_dimensions(w: int, h: int, max_image_pixels: int = DEFAULT_MAX_IMAGE_P
     if w * h > max_image_pixels:
         raise ImageProblem("too_large", f"{w}x{h} = {w * h} pixels exceeds the limit of {max_image_pixels}")
     if max(w, h) / min(w, h) > MAX_ASPECT_RATIO:
-        raise ImageProblem("bad_aspect_ratio", f"{w}x{h}: aspect ratio {max(w, h) / min(w, h):.0f} is above "
-                           f"{MAX_ASPECT_RATIO} (Qwen-VL processors reject it)")
+        raise ImageProblem(
+            "bad_aspect_ratio",
+            f"{w}x{h}: aspect ratio {max(w, h) / min(w, h):.0f} is above "
+            f"{MAX_ASPECT_RATIO} (Qwen-VL processors reject it)",
+        )
 
 
 def check_image(data: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, verify: str = "header") -> ImageCheck:
@@ -264,7 +267,9 @@ def check_image(data: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
     return ImageCheck("JPEG" if fmt == "MPO" else fmt, w, h, orientation)
 
 
-def probe(data: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, verify: str = "header") -> tuple[str, int, int]:
+def probe(
+    data: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, verify: str = "header"
+) -> tuple[str, int, int]:
     """(format, width, height) of encoded image bytes under the validity rule, or ImageProblem.
 
     verify: "header" (rules 1-4) or "full" (also decode every pixel). MPO is reported as JPEG.
@@ -330,10 +335,71 @@ def upright(data: bytes, quality: int = 95) -> tuple[bytes, str, int, int]:
 
 # IJG (libjpeg) standard luminance table, natural (row-major) order, as Pillow reports it
 _IJG_LUMA = (
-    16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55,
-    14, 13, 16, 24, 40, 57, 69, 56, 14, 17, 22, 29, 51, 87, 80, 62,
-    18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
-    49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99)
+    16,
+    11,
+    10,
+    16,
+    24,
+    40,
+    51,
+    61,
+    12,
+    12,
+    14,
+    19,
+    26,
+    58,
+    60,
+    55,
+    14,
+    13,
+    16,
+    24,
+    40,
+    57,
+    69,
+    56,
+    14,
+    17,
+    22,
+    29,
+    51,
+    87,
+    80,
+    62,
+    18,
+    22,
+    37,
+    56,
+    68,
+    109,
+    103,
+    77,
+    24,
+    35,
+    55,
+    64,
+    81,
+    104,
+    113,
+    92,
+    49,
+    64,
+    78,
+    87,
+    103,
+    121,
+    120,
+    101,
+    72,
+    92,
+    95,
+    98,
+    112,
+    100,
+    103,
+    99,
+)
 _SAMPLING_NAMES = {(1, 1): "4:4:4", (2, 1): "4:2:2", (2, 2): "4:2:0", (1, 2): "4:4:0", (4, 1): "4:1:1"}
 
 

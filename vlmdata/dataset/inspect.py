@@ -20,8 +20,12 @@ def _images(meta) -> list[dict] | None:
     infos = meta.get("images") if isinstance(meta, dict) else None
     if not isinstance(infos, list):
         return None
-    ok = [i for i in infos if isinstance(i, dict) and all(
-        isinstance(i.get(k), int) and not isinstance(i.get(k), bool) for k in ("width", "height"))]
+    ok = [
+        i
+        for i in infos
+        if isinstance(i, dict)
+        and all(isinstance(i.get(k), int) and not isinstance(i.get(k), bool) for k in ("width", "height"))
+    ]
     return ok if len(ok) == len(infos) else None
 
 
@@ -67,7 +71,9 @@ def summarize(root: str) -> dict:
         except TarReadError as e:
             problems.append({"shard": entry["name"], "key": safe_label(e.key or "", 200), "problem": str(e)})
         except (OSError, storage.StorageError) as e:
-            problems.append({"shard": entry["name"], "key": "", "problem": f"unreadable: {getattr(e, 'strerror', None) or e}"})
+            problems.append(
+                {"shard": entry["name"], "key": "", "problem": f"unreadable: {getattr(e, 'strerror', None) or e}"}
+            )
     t = m["totals"]
     if read != t["samples"]:
         problems.append({"shard": "-", "key": "", "problem": f"{read} samples read, the manifest says {t['samples']}"})

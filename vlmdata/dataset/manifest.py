@@ -53,7 +53,11 @@ def shard_keys(entry: dict) -> list[str] | None:
     if not isinstance(n, int) or "key_runs" not in entry:
         return None
     keys = expand_key_runs(entry["key_runs"], n)
-    if keys is None or len(keys) != n or (keys and (keys[0] != entry.get("first_key") or keys[-1] != entry.get("last_key"))):
+    if (
+        keys is None
+        or len(keys) != n
+        or (keys and (keys[0] != entry.get("first_key") or keys[-1] != entry.get("last_key")))
+    ):
         return None
     return keys
 
@@ -86,8 +90,17 @@ class Accounting:
         }
 
 
-def write_manifest(out: str, *, kind: str, prefix: str, records: list[ShardRecord], accounting: Accounting,
-                   options: dict, source: dict, extra: dict | None = None) -> dict:
+def write_manifest(
+    out: str,
+    *,
+    kind: str,
+    prefix: str,
+    records: list[ShardRecord],
+    accounting: Accounting,
+    options: dict,
+    source: dict,
+    extra: dict | None = None,
+) -> dict:
     manifest = {
         "schema": MANIFEST_SCHEMA,
         "kind": kind,
@@ -119,8 +132,10 @@ def check_manifest(m, where: str) -> dict:
     if not isinstance(m, dict):
         raise ManifestError(f"{where}: not a JSON object")
     if m.get("schema") != MANIFEST_SCHEMA:
-        raise ManifestError(f"{where}: schema {storage.redact_text(repr(m.get('schema')))[:80]}, expected {MANIFEST_SCHEMA!r}"
-                            " (not a vlmdata dataset?)")
+        raise ManifestError(
+            f"{where}: schema {storage.redact_text(repr(m.get('schema')))[:80]}, expected {MANIFEST_SCHEMA!r}"
+            " (not a vlmdata dataset?)"
+        )
     shards = m.get("shards")
     if not isinstance(shards, list):
         raise ManifestError(f"{where}: 'shards' is missing or not a list")
@@ -131,8 +146,10 @@ def check_manifest(m, where: str) -> dict:
         name = e.get("name")
         if not isinstance(name, str) or not SHARD_NAME.match(name) or ".." in name:
             shown = repr(name)[:80] if isinstance(name, str) else type(name).__name__
-            raise ManifestError(f"{where}: shard entry {i} has an unsafe or invalid name {shown} "
-                                "(must be a plain file name ending in .tar)")
+            raise ManifestError(
+                f"{where}: shard entry {i} has an unsafe or invalid name {shown} "
+                "(must be a plain file name ending in .tar)"
+            )
         if name in names:
             raise ManifestError(f"{where}: shard {name} is listed twice")
         names.add(name)
@@ -150,7 +167,9 @@ def check_manifest(m, where: str) -> dict:
     for k in ("shards", "images", "bytes", "image_bytes"):
         if k in totals and not _is_int(totals[k]):
             raise ManifestError(f"{where}: totals '{k}' is not a non-negative integer")
-    if "parts" in totals and not (isinstance(totals["parts"], list) and all(isinstance(p, str) for p in totals["parts"])):
+    if "parts" in totals and not (
+        isinstance(totals["parts"], list) and all(isinstance(p, str) for p in totals["parts"])
+    ):
         raise ManifestError(f"{where}: totals 'parts' is not a list of names")
     acc = m.get("accounting")
     if not isinstance(acc, dict):

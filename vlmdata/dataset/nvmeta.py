@@ -34,10 +34,12 @@ LOADER_NAME = "vlmdata_loader.py"
 LOADER_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvmeta_loader.py")
 # sha256 of every vlmdata_loader.py a vlmdata release has written (git history of energon_loader.py), so
 # that datasets built before the manifest recorded the hash can still be told apart from edited ones.
-KNOWN_LOADER_SHA256 = frozenset({
-    "324d656e42c272b1d0c3e0c49e066cdd583e8b1c0060a8a6b8d82b2e4fcae994",
-    "88775693ca8f8bc5805e8b7cbbc37a2b9a541a4cef6b331d4035096a0a144bbf",
-})
+KNOWN_LOADER_SHA256 = frozenset(
+    {
+        "324d656e42c272b1d0c3e0c49e066cdd583e8b1c0060a8a6b8d82b2e4fcae994",
+        "88775693ca8f8bc5805e8b7cbbc37a2b9a541a4cef6b331d4035096a0a144bbf",
+    }
+)
 NV_META_FILES = (".info.json", "dataset.yaml", "split.yaml", "index.sqlite", "index.uuid", LOADER_NAME)
 
 
@@ -68,12 +70,16 @@ def dataset_yaml(target: str = "vlmdata") -> str:
 
 def energon_record(target: str = "vlmdata") -> dict:
     """What the manifest records about ``.nv-meta`` (computed before it is written)."""
-    return {"sample_loader_sha256": loader_sha256(), "dataset_yaml_sha256": _sha256(dataset_yaml(target).encode()),
-            "target": target}
+    return {
+        "sample_loader_sha256": loader_sha256(),
+        "dataset_yaml_sha256": _sha256(dataset_yaml(target).encode()),
+        "target": target,
+    }
 
 
-def prepare_energon(root: str, shard_names: list[str], workers: int = 1, target: str = "vlmdata",
-                    layouts: dict | None = None) -> dict:
+def prepare_energon(
+    root: str, shard_names: list[str], workers: int = 1, target: str = "vlmdata", layouts: dict | None = None
+) -> dict:
     """Index the shards for Energon, write split.yaml (every shard in ``train`` and in ``val``, see
     ``SPLIT_PARTS_PATTERNS``) and dataset.yaml. Returns ``energon_record(target)``.
 
@@ -116,8 +122,10 @@ def check_energon(root: str, manifest: dict, open_with_energon: bool = True) -> 
         problems.append(f".nv-meta is incomplete: {', '.join(missing)} missing (interrupted build?)")
     missing_idx = [s["name"] for s in manifest["shards"] if not os.path.isfile(os.path.join(root, s["name"] + ".idx"))]
     if missing_idx:
-        problems.append(f"Energon index files missing: {', '.join(n + '.idx' for n in missing_idx[:5])}"
-                        + (" ..." if len(missing_idx) > 5 else ""))
+        problems.append(
+            f"Energon index files missing: {', '.join(n + '.idx' for n in missing_idx[:5])}"
+            + (" ..." if len(missing_idx) > 5 else "")
+        )
     try:
         with open(os.path.join(meta, ".info.json"), "rb") as f:
             counts = json.loads(f.read()).get("shard_counts")
@@ -127,11 +135,25 @@ def check_energon(root: str, manifest: dict, open_with_energon: bool = True) -> 
     except (OSError, ValueError, AttributeError, RecursionError):
         if ".info.json" not in missing:
             problems.append(".nv-meta/.info.json is unreadable")
-    loader_ok = _check_file(os.path.join(meta, LOADER_NAME), record, "sample_loader_sha256", KNOWN_LOADER_SHA256,
-                            "vlmdata_loader.py (the code Energon runs)", problems, warnings)
+    loader_ok = _check_file(
+        os.path.join(meta, LOADER_NAME),
+        record,
+        "sample_loader_sha256",
+        KNOWN_LOADER_SHA256,
+        "vlmdata_loader.py (the code Energon runs)",
+        problems,
+        warnings,
+    )
     yaml_known = {_sha256(dataset_yaml(t).encode()) for t in TARGETS}
-    yaml_ok = _check_file(os.path.join(meta, "dataset.yaml"), record, "dataset_yaml_sha256", yaml_known,
-                          "dataset.yaml", problems, warnings)
+    yaml_ok = _check_file(
+        os.path.join(meta, "dataset.yaml"),
+        record,
+        "dataset_yaml_sha256",
+        yaml_known,
+        "dataset.yaml",
+        problems,
+        warnings,
+    )
     if open_with_energon and not problems and loader_ok and yaml_ok:
         problem = _open_with_energon(root)
         if problem:
@@ -139,7 +161,9 @@ def check_energon(root: str, manifest: dict, open_with_energon: bool = True) -> 
     return problems, warnings
 
 
-def _check_file(path: str, record, field: str, known: frozenset | set, what: str, problems: list, warnings: list) -> bool:
+def _check_file(
+    path: str, record, field: str, known: frozenset | set, what: str, problems: list, warnings: list
+) -> bool:
     try:
         with open(path, "rb") as f:
             got = _sha256(f.read())
@@ -154,8 +178,10 @@ def _check_file(path: str, record, field: str, known: frozenset | set, what: str
     if got not in known:
         problems.append(f".nv-meta/{os.path.basename(path)} matches no file vlmdata writes: {what} was edited")
         return False
-    warnings.append(f"manifest records no {field} (dataset built by an older vlmdata); .nv-meta/"
-                    f"{os.path.basename(path)} matches a file vlmdata wrote")
+    warnings.append(
+        f"manifest records no {field} (dataset built by an older vlmdata); .nv-meta/"
+        f"{os.path.basename(path)} matches a file vlmdata wrote"
+    )
     return True
 
 
@@ -166,8 +192,14 @@ def _open_with_energon(root: str) -> str | None:
 
         wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            ds = get_train_dataset(root, batch_size=None, shuffle_buffer_size=None, max_samples_per_sequence=None,
-                                   worker_config=wc, repeat=False)
+            ds = get_train_dataset(
+                root,
+                batch_size=None,
+                shuffle_buffer_size=None,
+                max_samples_per_sequence=None,
+                worker_config=wc,
+                repeat=False,
+            )
             next(iter(get_loader(ds)))
     except Exception as e:  # noqa: BLE001 - whatever Energon raises, the dataset is not readable by it
         from vlmdata.storage import redact_text

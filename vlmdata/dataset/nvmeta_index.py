@@ -74,8 +74,10 @@ _INSERT_PARTS = """
 _INDEXES = (
     "CREATE INDEX IF NOT EXISTS idx_samples_by_tar_and_idx ON samples(tar_file_id, sample_index)",
     "CREATE INDEX IF NOT EXISTS idx_sample_parts_seq ON sample_parts(tar_file_id, sample_index, content_byte_offset)",
-    ("CREATE INDEX IF NOT EXISTS idx_sample_parts_full ON sample_parts(tar_file_id, sample_index, part_name, "
-     "content_byte_offset, content_byte_size)"),
+    (
+        "CREATE INDEX IF NOT EXISTS idx_sample_parts_full ON sample_parts(tar_file_id, sample_index, part_name, "
+        "content_byte_offset, content_byte_size)"
+    ),
 )
 
 
@@ -194,8 +196,9 @@ def _mode_chmod(path: str, mode: int | None) -> None:
             pass
 
 
-def write_index(root: str, shards: list[tuple[str, Layout | None]],
-                split_parts_patterns: list[tuple[str, str]]) -> dict[str, int]:
+def write_index(
+    root: str, shards: list[tuple[str, Layout | None]], split_parts_patterns: list[tuple[str, str]]
+) -> dict[str, int]:
     """Write the Energon index of ``shards`` (name relative to ``root``, layout or None to scan it) into
     ``root`` (module docstring). Returns the sample count of each shard. ``.nv-meta`` must not hold an
     older index.sqlite (the caller clears it). EnergonIndexError for a shard with no samples or a duplicate key."""
@@ -240,8 +243,10 @@ def write_index(root: str, shards: list[tuple[str, Layout | None]],
     info = {"energon_version": energon_version(), "shard_counts": counts}
     _write_text(os.path.join(meta, ".info.json"), json.dumps(info, indent=2), file_mode)
     names = list(counts)
-    split = {part: collapse([n for n in names if any(re.compile(p).match(n) for p in _braceexpand_simple(pattern))])
-             for part, pattern in split_parts_patterns}
+    split = {
+        part: collapse([n for n in names if any(re.compile(p).match(n) for p in _braceexpand_simple(pattern))])
+        for part, pattern in split_parts_patterns
+    }
     _write_text(os.path.join(meta, "split.yaml"), _split_yaml(split), file_mode)
     return counts
 
@@ -285,7 +290,7 @@ _NUM_RE = re.compile(r"\d+")
 def _tokenize(s: str) -> tuple[list[str], list[tuple[str, int, int]]]:
     lits, nums, pos = [], [], 0
     for m in _NUM_RE.finditer(s):
-        lits.append(s[pos:m.start()])
+        lits.append(s[pos : m.start()])
         raw = m.group(0)
         nums.append((raw, int(raw), len(raw)))
         pos = m.end()

@@ -37,6 +37,7 @@ class BadSampleError(VlmdataError):
 
 # ----------------------------------------------------------------------------- shard index
 
+
 @dataclass
 class SampleRef:
     """Where one sample's members lie: ext -> (offset, size). ``error`` marks a sample known bad at index time."""
@@ -91,7 +92,9 @@ def _strict_scan(f, size: int, shard_idx: int) -> list[SampleRef]:
             f.seek(pos)
             hdr = f.read(512)
             if len(hdr) < 512:
-                raise _Broken("truncated_tar", f"archive ends at byte {pos + len(hdr)} without end-of-archive blocks", pos)
+                raise _Broken(
+                    "truncated_tar", f"archive ends at byte {pos + len(hdr)} without end-of-archive blocks", pos
+                )
             if hdr == _ZERO_BLOCK:
                 rest = size - pos
                 if rest > _MAX_PADDING or f.read(rest).strip(b"\0"):
@@ -103,8 +106,9 @@ def _strict_scan(f, size: int, shard_idx: int) -> list[SampleRef]:
                 raise _Broken("corrupt_tar", f"corrupt tar header at byte {pos}: {e}", pos) from None
             data_at = pos + 512
             if data_at + msize > size:
-                raise _Broken("truncated_tar", f"member at byte {pos} needs {msize} bytes, the archive has "
-                              f"{size - data_at}", pos)
+                raise _Broken(
+                    "truncated_tar", f"member at byte {pos} needs {msize} bytes, the archive has {size - data_at}", pos
+                )
             pos = data_at + -(-msize // 512) * 512
             if typ == b"L":  # GNU long name for the next member
                 f.seek(data_at)
@@ -139,7 +143,7 @@ def _deep_scan(f, size: int, shard_idx: int) -> list[SampleRef]:
             at = j - 257
             if at % 512 == 0 and at < chunk and at + 512 <= len(buf):
                 try:
-                    name, msize, typ = parse_header(buf[at:at + 512])
+                    name, msize, typ = parse_header(buf[at : at + 512])
                     found.append((base + at, name, msize, typ))
                 except BadHeader:
                     pass
@@ -163,11 +167,18 @@ def _deep_scan(f, size: int, shard_idx: int) -> list[SampleRef]:
         _add_member(refs, seen, shard_idx, long_name or name, at + 512, 0 if past_end or overlaps else msize)
         long_name = None
         if past_end:
-            bad.setdefault(id(refs[-1]), ("truncated_tar", f"member at byte {at} needs {msize} bytes, the archive "
-                                          f"has {max(0, size - at - 512)}"))
+            bad.setdefault(
+                id(refs[-1]),
+                (
+                    "truncated_tar",
+                    f"member at byte {at} needs {msize} bytes, the archive has {max(0, size - at - 512)}",
+                ),
+            )
         elif overlaps:
-            bad.setdefault(id(refs[-1]), ("corrupt_tar", f"member at byte {at} claims {msize} bytes, over the next "
-                                          "member (corrupt size field)"))
+            bad.setdefault(
+                id(refs[-1]),
+                ("corrupt_tar", f"member at byte {at} claims {msize} bytes, over the next member (corrupt size field)"),
+            )
     for r in refs:
         if r.error is None and id(r) in bad:
             r.error = bad[id(r)]
@@ -230,8 +241,11 @@ def _lost(shard_idx: int, key: str, reason: str, detail: str) -> SampleRef:
 def _reconcile(refs: list[SampleRef], broken: _Broken | None, entry: dict | None, shard_idx: int) -> list[SampleRef]:
     """``refs`` made to account for exactly the manifest's samples: a lost sample becomes an error ref with its
     true key (from ``key_runs``), or, for a manifest without runs, with a key naming its place."""
-    reason, detail = (broken.reason, broken.detail) if broken else ("missing_sample", "sample listed in the manifest "
-                                                                     "is not in the shard")
+    reason, detail = (
+        (broken.reason, broken.detail)
+        if broken
+        else ("missing_sample", "sample listed in the manifest is not in the shard")
+    )
     if entry is None:
         if broken and not any(r.error for r in refs):  # an unknown number of samples lost: name the place
             return refs + [_lost(shard_idx, f"<after {refs[-1].key if refs else 'start'}>", reason, detail)]
@@ -259,8 +273,15 @@ def _reconcile(refs: list[SampleRef], broken: _Broken | None, entry: dict | None
     if len(out) > n:
         out = out[:n]
     last = out[-1].key if out else "start"
-    out += [_lost(shard_idx, entry["last_key"] if i == n - len(out) - 1 else f"<sample {len(out) + i + 1} of {n}, after {last}>",
-                  reason, detail) for i in range(n - len(out))]
+    out += [
+        _lost(
+            shard_idx,
+            entry["last_key"] if i == n - len(out) - 1 else f"<sample {len(out) + i + 1} of {n}, after {last}>",
+            reason,
+            detail,
+        )
+        for i in range(n - len(out))
+    ]
     return out
 
 
@@ -282,8 +303,10 @@ def scan_shard(path: str, shard_idx: int = 0, expected: "dict | None | Literal[F
         with storage.open(path, "rb") as f:
             try:
                 refs = _strict_scan(f, size, shard_idx)
-                if entry is not None and (len(refs) != entry["samples"] or (refs and (
-                        refs[0].key != entry.get("first_key") or refs[-1].key != entry.get("last_key")))):
+                if entry is not None and (
+                    len(refs) != entry["samples"]
+                    or (refs and (refs[0].key != entry.get("first_key") or refs[-1].key != entry.get("last_key")))
+                ):
                     raise _Broken("corrupt_tar", "the shard's samples differ from its manifest entry", 0)
                 if any(r.error for r in refs):
                     raise _Broken("corrupt_tar", "a key occurs twice in the shard (a sample renamed or copied)", 0)
@@ -313,6 +336,7 @@ def read_members(f, ref: SampleRef) -> dict[str, bytes]:
 
 # ----------------------------------------------------------------------------- plan
 
+
 def parse_raw(files: dict[str, bytes], key: str, check_images: bool = True, with_images: bool = True) -> Sample:
     """A tar sample (ext -> bytes) -> Sample; raises BadSampleError(reason) when unusable.
 
@@ -339,8 +363,9 @@ def parse_raw(files: dict[str, bytes], key: str, check_images: bool = True, with
     if not isinstance(infos, list):
         raise BadSampleError(f"sample {key}: json 'images' is not a list", key=key, reason="bad_json")
     if count_image_parts(conv) != len(infos):
-        raise BadSampleError(f"sample {key}: {count_image_parts(conv)} image parts but {len(infos)} images",
-                             key=key, reason="bad_json")
+        raise BadSampleError(
+            f"sample {key}: {count_image_parts(conv)} image parts but {len(infos)} images", key=key, reason="bad_json"
+        )
     images = []
     for i, info in enumerate(infos if with_images else []):
         name = info.get("file") if isinstance(info, dict) else None
@@ -353,12 +378,20 @@ def parse_raw(files: dict[str, bytes], key: str, check_images: bool = True, with
             except ImageProblem as e:
                 raise BadSampleError(f"sample {key}: image {name}: {e.detail}", key=key, reason=e.reason) from None
         if isinstance(info.get("bytes"), int) and info["bytes"] != len(data):
-            raise BadSampleError(f"sample {key}: image {name} has {len(data)} bytes, its json says {info['bytes']}",
-                                 key=key, reason="corrupt_sample")
+            raise BadSampleError(
+                f"sample {key}: image {name} has {len(data)} bytes, its json says {info['bytes']}",
+                key=key,
+                reason="corrupt_sample",
+            )
         images.append(data)
     source_id = meta.get("source_id", "")
-    return Sample(key=key, conversation=conv, images=images, source_id=source_id if isinstance(source_id, str) else "",
-                  synthetic=meta.get("synthetic") if isinstance(meta.get("synthetic"), dict) else None)
+    return Sample(
+        key=key,
+        conversation=conv,
+        images=images,
+        source_id=source_id if isinstance(source_id, str) else "",
+        synthetic=meta.get("synthetic") if isinstance(meta.get("synthetic"), dict) else None,
+    )
 
 
 class ShardReader:
@@ -381,7 +414,7 @@ class ShardReader:
             blob = fs.cat_file(inner, start=start, end=end)
             if len(blob) != end - start:
                 raise OSError(f"sample {ref.key}: read {len(blob)} of {end - start} bytes (the shard changed?)")
-            return {ext: blob[off - start:off - start + n] for ext, (off, n) in ref.members.items()}
+            return {ext: blob[off - start : off - start + n] for ext, (off, n) in ref.members.items()}
         f = self._files.get(ref.shard)
         if f is None:
             f = self._files[ref.shard] = open(self.paths[ref.shard], "rb")

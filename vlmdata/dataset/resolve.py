@@ -90,8 +90,9 @@ def _open_remote(p: str, shown: str) -> DatasetRef:
         tars = sorted(f"{storage.protocol(p)}://{q.lstrip('/')}" for q in fs.glob(inner) if q.endswith(".tar"))
         return DatasetRef(p, shown, "shards" if tars else "missing", True, shards=tuple(tars))
     if p.endswith(".tar"):
-        return DatasetRef(p, shown, "shard" if storage.isfile(p) else "missing", True,
-                          shards=(p,) if storage.isfile(p) else ())
+        return DatasetRef(
+            p, shown, "shard" if storage.isfile(p) else "missing", True, shards=(p,) if storage.isfile(p) else ()
+        )
     if p.endswith(".json") and storage.basename(p) == MANIFEST_NAME and storage.exists(p):
         m = load_manifest(p)
         return DatasetRef(p, shown, "dataset", True, storage.dirname(p), tuple(shard_paths(p, m)), m)

@@ -45,7 +45,13 @@ class ImageInfo:
     bytes: int
 
     def to_json(self) -> dict:
-        return {"file": self.file, "width": self.width, "height": self.height, "format": self.format, "bytes": self.bytes}
+        return {
+            "file": self.file,
+            "width": self.width,
+            "height": self.height,
+            "format": self.format,
+            "bytes": self.bytes,
+        }
 
 
 @dataclass
@@ -177,8 +183,15 @@ def expand_key_runs(runs: list, limit: int) -> list[str] | None:
     if not isinstance(runs, list):
         return None
     for run in runs:
-        if not (isinstance(run, list) and len(run) == 2 and isinstance(run[0], str) and isinstance(run[1], int)
-                and not isinstance(run[1], bool) and run[1] >= 1 and len(out) + run[1] <= limit):
+        if not (
+            isinstance(run, list)
+            and len(run) == 2
+            and isinstance(run[0], str)
+            and isinstance(run[1], int)
+            and not isinstance(run[1], bool)
+            and run[1] >= 1
+            and len(out) + run[1] <= limit
+        ):
             return None
         first, n = run
         if n > 1 and _NUM_KEY.match(first) is None:
@@ -233,8 +246,10 @@ def conversation_problem(conversation: Any) -> tuple[str, str] | None:
                 bad = text_problem(part["text"])
                 if bad:
                     return bad[0], f"turn {i}: {bad[1]}"
-    if not any(t["role"] == "assistant" and any(p["type"] == "text" and p["text"].strip() for p in t["content"])
-               for t in conversation):
+    if not any(
+        t["role"] == "assistant" and any(p["type"] == "text" and p["text"].strip() for p in t["content"])
+        for t in conversation
+    ):
         return "empty_caption", "no non-empty assistant answer"
     return None
 
@@ -264,15 +279,21 @@ def check_meta(meta: Any, key: str, files: dict[str, int]) -> list[str]:
         problems.append(f"{count_image_parts(meta['conversation'])} image parts but {len(images)} images")
     for i, info in enumerate(images):
         name = info.get("file") if isinstance(info, dict) else None
-        if not isinstance(name, str) or name != f"{i}.{name.rsplit('.', 1)[-1]}" \
-                or name.rsplit(".", 1)[-1] not in IMAGE_EXTS:
+        if (
+            not isinstance(name, str)
+            or name != f"{i}.{name.rsplit('.', 1)[-1]}"
+            or name.rsplit(".", 1)[-1] not in IMAGE_EXTS
+        ):
             problems.append(f"image {i} file name {safe_label(name, 60)!r} is not '{i}.<image ext>'")
         elif name not in files:
             problems.append(f"image file {key}.{name} missing")
         elif files[name] != info.get("bytes"):
             problems.append(f"image {name}: {files[name]} bytes, json says {safe_label(info.get('bytes'), 40)}")
-    extra = set(files) - {"json"} - {i.get("file") for i in images if isinstance(i, dict) and isinstance(i.get("file"), str)}
+    extra = (
+        set(files)
+        - {"json"}
+        - {i.get("file") for i in images if isinstance(i, dict) and isinstance(i.get("file"), str)}
+    )
     if extra:
         problems.append(f"unexpected files {sorted(safe_label(x, 60) for x in extra)}")
     return problems
-

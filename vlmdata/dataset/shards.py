@@ -43,8 +43,9 @@ class Entry:
 
     @classmethod
     def from_sample(cls, sample: Sample, index: int) -> "Entry":
-        images: list[tuple[str, ImagePayload, int]] = [(info.file, data, len(data))
-                                                       for info, data in zip(sample.image_info, sample.images)]
+        images: list[tuple[str, ImagePayload, int]] = [
+            (info.file, data, len(data)) for info, data in zip(sample.image_info, sample.images)
+        ]
         return cls(index, sample.key, dumps(sample.meta()), images, input=sample.key, source_id=sample.source_id)
 
     @property
@@ -108,8 +109,10 @@ class Planner:
 
     def add(self, entry: Entry) -> ShardPlan | None:
         closed = None
-        if self.entries and (len(self.entries) + 1 > self.max_count
-                             or (self.max_size is not None and self.size + entry.tar_bytes + END_BYTES > self.max_size)):
+        if self.entries and (
+            len(self.entries) + 1 > self.max_count
+            or (self.max_size is not None and self.size + entry.tar_bytes + END_BYTES > self.max_size)
+        ):
             closed = self._close(entry.index)
         self.entries.append(entry)
         self.size += entry.tar_bytes
@@ -126,7 +129,9 @@ class Planner:
         return None, tail
 
     def _close(self, end_index: int) -> ShardPlan:
-        plan = ShardPlan(self.no, shard_name(self.prefix, self.no), self.entries, self.start_index, end_index, self.skips)
+        plan = ShardPlan(
+            self.no, shard_name(self.prefix, self.no), self.entries, self.start_index, end_index, self.skips
+        )
         self.no += 1
         self.start_index = end_index
         self.entries, self.size, self.skips = [], 0, []
@@ -165,9 +170,13 @@ def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: boo
                         try:
                             payload = read_regular(payload, size, "image file")
                         except FileTooLarge:
-                            raise SourceChanged(f"{e.key}: an input image grew while building (was {size} bytes)") from None
+                            raise SourceChanged(
+                                f"{e.key}: an input image grew while building (was {size} bytes)"
+                            ) from None
                     if len(payload) != size:
-                        raise SourceChanged(f"{e.key}: an input image changed while building ({size} -> {len(payload)} bytes)")
+                        raise SourceChanged(
+                            f"{e.key}: an input image changed while building ({size} -> {len(payload)} bytes)"
+                        )
                 name = f"{e.key}.{suffix}"
                 w.add(name, payload)
                 layout.append((name, len(payload)))
@@ -182,11 +191,22 @@ def write_shard(plan: ShardPlan, out_dir: str, state_dir: str | None, fsync: boo
     if w.size != expected:
         raise AssertionError(f"{plan.name}: wrote {w.size} bytes, planned {expected}")
     os.replace(path + ".tmp", path)
-    rec = ShardRecord(name=plan.name, samples=len(plan.entries), images=images, bytes=w.size, sha256=sha,
-                      first_key=plan.entries[0].key, last_key=plan.entries[-1].key, start_index=plan.start_index,
-                      end_index=plan.end_index, image_bytes=image_bytes, skipped=plan.skipped,
-                      parts=sorted(parts, key=lambda p: (p != "json", p)),
-                      key_runs=key_runs([e.key for e in plan.entries]), layout=layout)
+    rec = ShardRecord(
+        name=plan.name,
+        samples=len(plan.entries),
+        images=images,
+        bytes=w.size,
+        sha256=sha,
+        first_key=plan.entries[0].key,
+        last_key=plan.entries[-1].key,
+        start_index=plan.start_index,
+        end_index=plan.end_index,
+        image_bytes=image_bytes,
+        skipped=plan.skipped,
+        parts=sorted(parts, key=lambda p: (p != "json", p)),
+        key_runs=key_runs([e.key for e in plan.entries]),
+        layout=layout,
+    )
     if state_dir:
         storage.write_json(os.path.join(state_dir, f"{plan.no:06d}.json"), rec.state_dict(), fsync=fsync)
     return rec

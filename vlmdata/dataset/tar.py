@@ -152,7 +152,7 @@ def _pax_path(data: bytes) -> str | None:
             break
         if n <= 0:
             break
-        rec = data[sp + 1:pos + n - 1]
+        rec = data[sp + 1 : pos + n - 1]
         k, _, v = rec.partition(b"=")
         if k == b"path":
             found = v.decode("utf-8", "surrogateescape")
@@ -180,8 +180,12 @@ def iter_members(fileobj: SupportsRead[bytes]) -> Iterator[tuple[str, bytes, byt
     while True:
         hdr = _read_exact(fileobj, BLOCK)
         if len(hdr) < BLOCK:
-            raise TarReadError("empty file" if pos == 0 and not hdr else
-                               f"archive ends at byte {pos + len(hdr)} without end-of-archive blocks", offset=pos)
+            raise TarReadError(
+                "empty file"
+                if pos == 0 and not hdr
+                else f"archive ends at byte {pos + len(hdr)} without end-of-archive blocks",
+                offset=pos,
+            )
         if hdr == _ZEROS:
             while rest := fileobj.read(1 << 20):
                 if rest.strip(b"\0"):

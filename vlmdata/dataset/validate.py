@@ -59,9 +59,15 @@ class ValidationReport:
         return not self.problems
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "shards": self.shards, "samples": self.samples, "images": self.images,
-                "level": self.level, "problems": [p.__dict__ for p in self.problems],
-                "warnings": [w.__dict__ for w in self.warnings]}
+        return {
+            "ok": self.ok,
+            "shards": self.shards,
+            "samples": self.samples,
+            "images": self.images,
+            "level": self.level,
+            "problems": [p.__dict__ for p in self.problems],
+            "warnings": [w.__dict__ for w in self.warnings],
+        }
 
 
 class _HashingReader:
@@ -77,8 +83,9 @@ class _HashingReader:
         return b
 
 
-def check_sample(shard: str, key: str, files: dict[str, bytes], decode: bool = True,
-                 warnings: list[Problem] | None = None) -> list[Problem]:
+def check_sample(
+    shard: str, key: str, files: dict[str, bytes], decode: bool = True, warnings: list[Problem] | None = None
+) -> list[Problem]:
     """Problems of one sample (schema, text rules, images at level "full" with ``decode`` else "header")."""
     key = safe_label(key, 200)
     if "json" not in files:
@@ -88,7 +95,9 @@ def check_sample(shard: str, key: str, files: dict[str, bytes], decode: bool = T
     except BadJSON as e:
         return [Problem(shard, key, f"json does not parse: {e}")]
     out = [Problem(shard, key, p) for p in check_meta(meta, key, {k: len(v) for k, v in files.items()})]
-    for i, info in enumerate(meta.get("images") or [] if isinstance(meta, dict) and isinstance(meta.get("images"), list) else []):
+    for i, info in enumerate(
+        meta.get("images") or [] if isinstance(meta, dict) and isinstance(meta.get("images"), list) else []
+    ):
         name = info.get("file") if isinstance(info, dict) else None
         if not isinstance(name, str) or name == "json" or name not in files:
             continue
@@ -98,12 +107,24 @@ def check_sample(shard: str, key: str, files: dict[str, bytes], decode: bool = T
             out.append(Problem(shard, key, f"image {name}: {e.detail}"))
             continue
         if (c.width, c.height) != (info.get("width"), info.get("height")) or c.format != info.get("format"):
-            out.append(Problem(shard, key, f"image {name} is {c.format} {c.width}x{c.height}, json says "
-                               f"{safe_label(info.get('format'), 20)} {safe_label(info.get('width'), 12)}x"
-                               f"{safe_label(info.get('height'), 12)}"))
+            out.append(
+                Problem(
+                    shard,
+                    key,
+                    f"image {name} is {c.format} {c.width}x{c.height}, json says "
+                    f"{safe_label(info.get('format'), 20)} {safe_label(info.get('width'), 12)}x"
+                    f"{safe_label(info.get('height'), 12)}",
+                )
+            )
         if c.orientation != 1 and warnings is not None:
-            warnings.append(Problem(shard, key, f"image {name} has EXIF orientation {c.orientation}: Hugging Face "
-                                    "datasets rotates it, Energon and Bridge's path do not (rebuild to store it upright)"))
+            warnings.append(
+                Problem(
+                    shard,
+                    key,
+                    f"image {name} has EXIF orientation {c.orientation}: Hugging Face "
+                    "datasets rotates it, Energon and Bridge's path do not (rebuild to store it upright)",
+                )
+            )
     return out
 
 
@@ -114,7 +135,9 @@ def _level(manifest: dict | None, decode: bool | None) -> str:
     return "full" if verify == "full" else "header"
 
 
-def _read_shard(rep: ValidationReport, name: str, f, decode: bool, progress, all_keys: dict) -> tuple[list[str], _HashingReader]:
+def _read_shard(
+    rep: ValidationReport, name: str, f, decode: bool, progress, all_keys: dict
+) -> tuple[list[str], _HashingReader]:
     keys: list[str] = []
     hr = _HashingReader(f)
     try:
@@ -137,8 +160,9 @@ def _read_shard(rep: ValidationReport, name: str, f, decode: bool, progress, all
     return keys, hr
 
 
-def validate(root: str, progress: Callable[[int], None] | None = None, decode: bool | None = None,
-             energon: bool = True) -> ValidationReport:
+def validate(
+    root: str, progress: Callable[[int], None] | None = None, decode: bool | None = None, energon: bool = True
+) -> ValidationReport:
     """Check a dataset folder (local or URL) or one ``.tar`` shard; see the module docstring.
 
     Args:
@@ -172,7 +196,7 @@ def validate(root: str, progress: Callable[[int], None] | None = None, decode: b
         if (name not in present) if remote else not os.path.isfile(path):
             rep.problems.append(Problem(name, "", "shard file missing"))
             continue
-        with (storage.open(path, "rb", block_size=8 << 20) if remote else open(path, "rb")) as f:
+        with storage.open(path, "rb", block_size=8 << 20) if remote else open(path, "rb") as f:
             keys, hr = _read_shard(rep, name, f, full, progress, all_keys)
         if hr.sha.hexdigest() != entry["sha256"]:
             rep.problems.append(Problem(name, "", "sha256 differs from the manifest"))
@@ -181,8 +205,14 @@ def validate(root: str, progress: Callable[[int], None] | None = None, decode: b
         if len(keys) != entry["samples"]:
             rep.problems.append(Problem(name, "", f"{len(keys)} samples, manifest says {entry['samples']}"))
         if keys and (keys[0] != entry.get("first_key") or keys[-1] != entry.get("last_key")):
-            rep.problems.append(Problem(name, "", f"keys {safe_label(keys[0], 40)}..{safe_label(keys[-1], 40)}, manifest "
-                                        f"says {safe_label(entry.get('first_key'), 40)}..{safe_label(entry.get('last_key'), 40)}"))
+            rep.problems.append(
+                Problem(
+                    name,
+                    "",
+                    f"keys {safe_label(keys[0], 40)}..{safe_label(keys[-1], 40)}, manifest "
+                    f"says {safe_label(entry.get('first_key'), 40)}..{safe_label(entry.get('last_key'), 40)}",
+                )
+            )
         want = shard_keys(entry)
         if "key_runs" in entry and want is None:
             rep.problems.append(Problem(name, "", "manifest key_runs do not match its sample count and keys"))
@@ -190,8 +220,14 @@ def validate(root: str, progress: Callable[[int], None] | None = None, decode: b
             rep.problems.append(Problem(name, "", "sample keys differ from the manifest's key list"))
     _check_totals(manifest, rep)
     if "energon" not in manifest:
-        rep.warnings.append(Problem("-", "", "manifest written by an older vlmdata: no sample-loader hash or key list "
-                                    "recorded (rebuild to record them)"))
+        rep.warnings.append(
+            Problem(
+                "-",
+                "",
+                "manifest written by an older vlmdata: no sample-loader hash or key list "
+                "recorded (rebuild to record them)",
+            )
+        )
     if energon:
         _check_nv_meta(root, manifest, remote, present, rep)
     return rep
@@ -207,8 +243,9 @@ def _check_totals(manifest: dict, rep: ValidationReport) -> None:
     if "shards" in t and t["shards"] != len(shards):
         rep.problems.append(Problem("-", "", f"manifest totals say {t['shards']} shards, it lists {len(shards)}"))
     if acc["seen"] != acc["written"] + acc["skipped"]:
-        rep.problems.append(Problem("-", "", f"accounting: seen {acc['seen']} != written {acc['written']} + skipped "
-                                    f"{acc['skipped']}"))
+        rep.problems.append(
+            Problem("-", "", f"accounting: seen {acc['seen']} != written {acc['written']} + skipped {acc['skipped']}")
+        )
     if acc["written"] != t["samples"]:
         rep.problems.append(Problem("-", "", f"accounting says {acc['written']} written, totals say {t['samples']}"))
     if "images" in t and rep.images != t["images"] and not any(p.problem == "shard file missing" for p in rep.problems):
@@ -230,6 +267,7 @@ def _validate_shard(path: str, progress, decode: bool | None) -> ValidationRepor
     name = os.path.basename(path)
     with open(path, "rb") as f:
         _read_shard(rep, name, f, rep.level == "full", progress, {})
-    rep.warnings.append(Problem(name, "", "a single shard: no manifest, so checksums, counts and Energon metadata were "
-                                "not compared"))
+    rep.warnings.append(
+        Problem(name, "", "a single shard: no manifest, so checksums, counts and Energon metadata were not compared")
+    )
     return rep

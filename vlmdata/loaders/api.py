@@ -38,6 +38,7 @@ PROCESSOR_MODES = (*IMAGE_MODES, "device")  # + "device": decode left to the tra
 
 # ----------------------------------------------------------------------------- sources
 
+
 def resolve_shards(source: str) -> list[str]:
     """The shard paths a source names (``vlmdata.dataset.resolve.open_dataset``: a dataset folder in
     manifest order, a folder of ``*.tar``, a glob, one ``.tar``; local or fsspec URLs)."""
@@ -55,15 +56,14 @@ def open_source(source, seed: int) -> tuple[str, Any]:
         return "shards", [os.fspath(p) for p in source]
     source = os.fspath(source)
     if source in MOCKS or source == IMAGEFREE_FIXED:
-
         return "source", MockSource(IMAGEFREE if source == IMAGEFREE_FIXED else source, seed)
     if source.endswith(".json") and os.path.isfile(source):
-
         return "source", SyntheticSource(source, seed)
     return "shards", resolve_shards(source)
 
 
 # ----------------------------------------------------------------------------- per-sample processing
+
 
 def without_images(conversation: list[dict]) -> list[dict]:
     """The conversation with its image parts removed (a turn left empty keeps one empty text part)."""
@@ -85,8 +85,16 @@ class SampleProcessor:
     parts removed from the conversation, no pixels) or "device" (grids planned here, decode and
     preprocessing left to the training device: ``vlmdata.loaders.device_images``)."""
 
-    def __init__(self, chat: ChatTokenizer, model: str, min_pixels: int, max_pixels: int, resize: str = "bridge",
-                 exact_images: bool = False, images: str = "decode"):
+    def __init__(
+        self,
+        chat: ChatTokenizer,
+        model: str,
+        min_pixels: int,
+        max_pixels: int,
+        resize: str = "bridge",
+        exact_images: bool = False,
+        images: str = "decode",
+    ):
         if images not in PROCESSOR_MODES:
             raise ValueError(f"images must be one of {IMAGE_MODES}, got {images!r}")
         self.chat, self.spec = chat, get_spec(model)
@@ -107,11 +115,13 @@ class SampleProcessor:
                         pv, g, item = defer_image(img, self.spec, self.min_pixels, self.max_pixels, self.resize)
                         deferred.append(item)
                     else:  # patchified later, straight into the batch buffer (pixel_rows)
-                        pv, g = preprocess_rows(img, self.spec, self.min_pixels, self.max_pixels, self.resize,
-                                                self.exact_images)
+                        pv, g = preprocess_rows(
+                            img, self.spec, self.min_pixels, self.max_pixels, self.resize, self.exact_images
+                        )
                 except Exception as e:  # PIL raises OSError, SyntaxError, ValueError... for bad bytes
-                    raise BadSampleError(f"image {i} undecodable: {type(e).__name__}: {e}", key=sample.key,
-                                         reason="undecodable_image") from e
+                    raise BadSampleError(
+                        f"image {i} undecodable: {type(e).__name__}: {e}", key=sample.key, reason="undecodable_image"
+                    ) from e
                 pvs.append(pv)
                 grids.append(g)
         try:
@@ -122,6 +132,7 @@ class SampleProcessor:
 
 
 # ----------------------------------------------------------------------------- iterable dataset
+
 
 @dataclass
 class _Meta:
@@ -139,8 +150,21 @@ class _Stream(torch.utils.data.IterableDataset):
     by DataLoader worker itself. One iterator spans all epochs, so DataLoader workers are started once per
     ``VlmLoader`` iteration and never at an epoch boundary."""
 
-    def __init__(self, kind, payload, plan: Plan, processor: SampleProcessor, collator: Collator, *, rank: int,
-                 world: int, num_workers: int, micro_batch_size: int, on_error: str, drop_last: bool = False):
+    def __init__(
+        self,
+        kind,
+        payload,
+        plan: Plan,
+        processor: SampleProcessor,
+        collator: Collator,
+        *,
+        rank: int,
+        world: int,
+        num_workers: int,
+        micro_batch_size: int,
+        on_error: str,
+        drop_last: bool = False,
+    ):
         self.kind, self.payload, self.plan = kind, payload, plan
         self.processor, self.collator = processor, collator
         self.rank, self.world, self.num_workers = rank, world, max(1, num_workers)
@@ -159,7 +183,9 @@ class _Stream(torch.utils.data.IterableDataset):
         drop = self.processor.images == "drop"
         try:
             if drop:  # the image-free view reads the JSON member only (no image I/O)
-                files = reader.read(SampleRef(ref.shard, ref.key, {k: v for k, v in ref.members.items() if k == "json"}))
+                files = reader.read(
+                    SampleRef(ref.shard, ref.key, {k: v for k, v in ref.members.items() if k == "json"})
+                )
             else:
                 files = reader.read(ref)
         except OSError as e:
@@ -242,8 +268,15 @@ class VlmLoader:
     except possibly ``num_workers``, resume with exactly the samples not yielded yet. An epoch that yields
     no batch at all raises ``EmptyEpochError`` (an endless loader would otherwise spin forever)."""
 
-    def __init__(self, stream: _Stream, num_workers: int, num_epochs: int | None, prefetch_factor: int = 2,
-                 pin_memory: bool = False, image_device: str | None = None):
+    def __init__(
+        self,
+        stream: _Stream,
+        num_workers: int,
+        num_epochs: int | None,
+        prefetch_factor: int = 2,
+        pin_memory: bool = False,
+        image_device: str | None = None,
+    ):
         self.stream = stream
         self.options: LoaderOptions | None = None  # set by make_loader
         self.image_device = image_device  # finish each batch's images there (device_images)
@@ -275,17 +308,27 @@ class VlmLoader:
         length plus the few beyond it; ``ahead``: the same for later epochs already begun (workers run
         ahead across an epoch boundary). Independent of the number of workers."""
         ahead = {str(e): self._consumed(e).to_json() for e in sorted(self._progress) if e > self.epoch}
-        return {"epoch": self.epoch, "consumed": self._consumed(self.epoch).to_json(), "ahead": ahead,
-                "rank_samples": self._rank_size(), "rank": self.stream.rank, "world": self.stream.world,
-                "seed": self.stream.plan.seed}
+        return {
+            "epoch": self.epoch,
+            "consumed": self._consumed(self.epoch).to_json(),
+            "ahead": ahead,
+            "rank_samples": self._rank_size(),
+            "rank": self.stream.rank,
+            "world": self.stream.world,
+            "seed": self.stream.plan.seed,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from ``state_dict()`` of a loader with the same source, seed, rank and world; the number
         of workers may differ: the positions not consumed are spread over this loader's workers."""
         if not isinstance(state.get("consumed"), dict):
             raise ValueError("state is from an older vlmdata (per-worker counts); it cannot be resumed exactly")
-        for k, mine in (("world", self.stream.world), ("rank", self.stream.rank), ("seed", self.stream.plan.seed),
-                        ("rank_samples", self._rank_size())):
+        for k, mine in (
+            ("world", self.stream.world),
+            ("rank", self.stream.rank),
+            ("seed", self.stream.plan.seed),
+            ("rank_samples", self._rank_size()),
+        ):
             if state.get(k) != mine:
                 raise ValueError(f"state was saved with {k}={state.get(k)}, this loader has {k}={mine}")
         self.epoch = int(state["epoch"])
@@ -317,9 +360,14 @@ class VlmLoader:
         self.stream.end_epoch = None if self.num_epochs is None else self.epoch + self.num_epochs
         self.stream.bases = {e: p.base for e, p in self._progress.items()}
         if self.num_workers > 0 and not inline:
-            dl = torch.utils.data.DataLoader(self.stream, batch_size=None, num_workers=self.num_workers,
-                                             prefetch_factor=self.prefetch_factor, pin_memory=self.pin_memory,
-                                             multiprocessing_context="fork" if hasattr(os, "fork") else None)
+            dl = torch.utils.data.DataLoader(
+                self.stream,
+                batch_size=None,
+                num_workers=self.num_workers,
+                prefetch_factor=self.prefetch_factor,
+                pin_memory=self.pin_memory,
+                multiprocessing_context="fork" if hasattr(os, "fork") else None,
+            )
             return iter(dl)
         return _round_robin([self.stream.iter_worker(w) for w in range(self._workers())])
 
@@ -387,22 +435,50 @@ def make_loader(source: Any, options: LoaderOptions | None = None, *, tokenizer=
         raise OptionsError(f"`rank` {rank} is outside a world of {world_size}")
     kind, payload = open_source(source, o.seed)
     if kind == "shards":
-        plan = Plan("shards", refs_by_shard=[scan_shard(p, i) for i, p in enumerate(payload)], seed=o.seed,
-                    shuffle=o.shuffle, buffer=o.shuffle_buffer)
+        plan = Plan(
+            "shards",
+            refs_by_shard=[scan_shard(p, i) for i, p in enumerate(payload)],
+            seed=o.seed,
+            shuffle=o.shuffle,
+            buffer=o.shuffle_buffer,
+        )
     else:
         plan = Plan("source", epoch_samples=o.epoch_samples, seed=o.seed, shuffle=o.shuffle, buffer=o.shuffle_buffer)
     chat = ChatTokenizer(tokenizer, o.model, chat_template=o.chat_template)
     spec = get_spec(o.model)
-    collator = Collator(pad_token_id=chat.pad_token_id, patch_dim=spec.patch_dim, seq_length=o.seq_length,
-                        pad_to_max_length=o.pad_to_max_length, pad_to_multiple_of=o.pad_to_multiple_of,
-                        packing=o.packing, packing_pad_to_multiple_of=o.packing_pad_to_multiple_of,
-                        bridge_visual_inputs=o.bridge_visual_inputs,
-                        strict=o.images != "shapes")  # planning batches never raise; ``last_lengths`` tells
-    processor = SampleProcessor(chat, o.model, o.min_pixels, o.max_pixels, o.resize, o.exact_images,
-                                "device" if o.image_device is not None else o.images)
-    stream = _Stream(kind, payload, plan, processor, collator, rank=rank, world=world_size,
-                     num_workers=o.num_workers, micro_batch_size=o.micro_batch_size, on_error=o.on_error,
-                     drop_last=o.drop_last)
+    collator = Collator(
+        pad_token_id=chat.pad_token_id,
+        patch_dim=spec.patch_dim,
+        seq_length=o.seq_length,
+        pad_to_max_length=o.pad_to_max_length,
+        pad_to_multiple_of=o.pad_to_multiple_of,
+        packing=o.packing,
+        packing_pad_to_multiple_of=o.packing_pad_to_multiple_of,
+        bridge_visual_inputs=o.bridge_visual_inputs,
+        strict=o.images != "shapes",
+    )  # planning batches never raise; ``last_lengths`` tells
+    processor = SampleProcessor(
+        chat,
+        o.model,
+        o.min_pixels,
+        o.max_pixels,
+        o.resize,
+        o.exact_images,
+        "device" if o.image_device is not None else o.images,
+    )
+    stream = _Stream(
+        kind,
+        payload,
+        plan,
+        processor,
+        collator,
+        rank=rank,
+        world=world_size,
+        num_workers=o.num_workers,
+        micro_batch_size=o.micro_batch_size,
+        on_error=o.on_error,
+        drop_last=o.drop_last,
+    )
     loader = VlmLoader(stream, o.num_workers, o.num_epochs, o.prefetch_factor, o.pin_memory, o.image_device)
     loader.options = o
     return loader
@@ -411,9 +487,13 @@ def make_loader(source: Any, options: LoaderOptions | None = None, *, tokenizer=
 def process_samples(samples: list[Sample], model: str = "qwen3-vl", tokenizer=None, **kw) -> dict:
     """Collate a list of in-memory samples into one batch (no pipeline): for tests and tools."""
     chat = kw.pop("chat", None) or ChatTokenizer(tokenizer, model, chat_template=kw.pop("chat_template", None))
-    proc = SampleProcessor(chat, model, kw.pop("min_pixels", BRIDGE_MIN_PIXELS), kw.pop("max_pixels", BRIDGE_MAX_PIXELS),
-                           kw.pop("resize", "bridge"), kw.pop("exact_images", False))
+    proc = SampleProcessor(
+        chat,
+        model,
+        kw.pop("min_pixels", BRIDGE_MIN_PIXELS),
+        kw.pop("max_pixels", BRIDGE_MAX_PIXELS),
+        kw.pop("resize", "bridge"),
+        kw.pop("exact_images", False),
+    )
     col = Collator(pad_token_id=chat.pad_token_id, patch_dim=get_spec(model).patch_dim, **kw)
     return col([proc(s) for s in samples])
-
-

@@ -97,7 +97,9 @@ class MapDataset:
 
                 return self.processor(parse_raw(self._reader.read(ref), ref.key))
             except BadSampleError as e:
-                shard = self.payload[self.refs[idx].shard] if self.refs is not None else f"source[{idx}]"  # kind "shards"
+                shard = (
+                    self.payload[self.refs[idx].shard] if self.refs is not None else f"source[{idx}]"
+                )  # kind "shards"
                 if self.on_error == "raise":
                     raise
                 self.skipped.append(record_skip(shard, e.key, e.reason, str(e)))
@@ -137,11 +139,21 @@ class VlmdataDatasetProvider(_Base):  # pyright: ignore[reportGeneralTypeIssues]
     def options(self) -> LoaderOptions:
         """The ``LoaderOptions`` of this provider: ``loader_options`` with the fields Bridge owns (its names,
         e.g. ``pack_sequences_in_batch``) applied on top."""
-        base = self.loader_options if isinstance(self.loader_options, LoaderOptions) else LoaderOptions().replace(
-            **self.loader_options)
-        return base.replace(model=self.model, seq_length=self.seq_length, pad_to_max_length=self.pad_to_max_length,
-                            packing=self.pack_sequences_in_batch, min_pixels=self.min_pixels,
-                            max_pixels=self.max_pixels, seed=self.seed, on_error=self.on_error)
+        base = (
+            self.loader_options
+            if isinstance(self.loader_options, LoaderOptions)
+            else LoaderOptions().replace(**self.loader_options)
+        )
+        return base.replace(
+            model=self.model,
+            seq_length=self.seq_length,
+            pad_to_max_length=self.pad_to_max_length,
+            packing=self.pack_sequences_in_batch,
+            min_pixels=self.min_pixels,
+            max_pixels=self.max_pixels,
+            seed=self.seed,
+            on_error=self.on_error,
+        )
 
     def _tokenizer(self):
         from vlmdata.qwen.tokenize import shared_tokenizer  # transformers: only when Bridge builds datasets
@@ -161,15 +173,24 @@ class VlmdataDatasetProvider(_Base):  # pyright: ignore[reportGeneralTypeIssues]
             from vlmdata.loaders.api import make_loader
 
             def it(source):
-                opts = self.options().replace(micro_batch_size=self.micro_batch_size, num_workers=self.num_workers,
-                                              rank=rank, world_size=world, num_epochs=None,
-                                              bridge_visual_inputs=HAVE_BRIDGE)
+                opts = self.options().replace(
+                    micro_batch_size=self.micro_batch_size,
+                    num_workers=self.num_workers,
+                    rank=rank,
+                    world_size=world,
+                    num_epochs=None,
+                    bridge_visual_inputs=HAVE_BRIDGE,
+                )
                 return iter(make_loader(source, opts, tokenizer=self._tokenizer()))
+
             train = it(self.source)
             valid = it(self.valid_source) if self.valid_source and context.valid_samples else None
             return train, valid, None
         opts, tok = self.options(), self._tokenizer()
         train = MapDataset(self.source, opts, tok, context.train_samples, self.seed)
-        valid = (MapDataset(self.valid_source, opts, tok, context.valid_samples, self.seed + 1)
-                 if self.valid_source and context.valid_samples else None)
+        valid = (
+            MapDataset(self.valid_source, opts, tok, context.valid_samples, self.seed + 1)
+            if self.valid_source and context.valid_samples
+            else None
+        )
         return train, valid, None

@@ -45,6 +45,7 @@ class VisualInputs:
 
     def pin_memory(self) -> "VisualInputs":
         """A copy with every tensor in pinned memory (DataLoader's ``pin_memory=True`` calls this)."""
+
         def pin(t):  # a placeholder view (zero strides, filled on the device later) has nothing to pin
             return t if t is None or 0 in t.stride() else t.pin_memory()
 
@@ -73,14 +74,26 @@ def visual_inputs_of(pixel_values: list, grids: list[tuple[int, int, int]], patc
     if all(isinstance(a, np.ndarray) and a.strides == (0, 0) for a in pixel_values):
         # shapes-only rows: keep the batch free of pixel memory
         rows = sum(a.shape[0] for a in pixel_values)
-        return VisualInputs(pixel_values=torch.zeros((1, 1), dtype=torch.float32).expand(rows, patch_dim),
-                            image_grid_thw=torch.tensor(grids, dtype=torch.int64).reshape(-1, 3))
-    return VisualInputs(pixel_values=torch.from_numpy(batch_pixels(pixel_values, patch_dim)),
-                        image_grid_thw=torch.tensor(grids, dtype=torch.int64).reshape(-1, 3))
+        return VisualInputs(
+            pixel_values=torch.zeros((1, 1), dtype=torch.float32).expand(rows, patch_dim),
+            image_grid_thw=torch.tensor(grids, dtype=torch.int64).reshape(-1, 3),
+        )
+    return VisualInputs(
+        pixel_values=torch.from_numpy(batch_pixels(pixel_values, patch_dim)),
+        image_grid_thw=torch.tensor(grids, dtype=torch.int64).reshape(-1, 3),
+    )
 
 
-def collate_padded(rows: list[TokenizedRow], visual: VisualInputs, *, pad_token_id: int, seq_length: int | None,
-                   pad_to_max_length: bool = False, pad_to_multiple_of: int = 128, strict: bool = True) -> dict:
+def collate_padded(
+    rows: list[TokenizedRow],
+    visual: VisualInputs,
+    *,
+    pad_token_id: int,
+    seq_length: int | None,
+    pad_to_max_length: bool = False,
+    pad_to_multiple_of: int = 128,
+    strict: bool = True,
+) -> dict:
     lengths = [len(r) for r in rows]
     longest = max(lengths)
     if seq_length is None:
@@ -107,9 +120,11 @@ def collate_padded(rows: list[TokenizedRow], visual: VisualInputs, *, pad_token_
         has = mask[:, :target].any(axis=1)
         emptied = np.flatnonzero(had & ~has).tolist()
         if emptied and strict:
-            raise ValueError(f"a row of {width} tokens does not fit seq_length={target}: truncating it removed every "
-                             f"supervised token from rows {emptied} (Bridge raises here too); raise seq_length or "
-                             "filter overlength samples")
+            raise ValueError(
+                f"a row of {width} tokens does not fit seq_length={target}: truncating it removed every "
+                f"supervised token from rows {emptied} (Bridge raises here too); raise seq_length or "
+                "filter overlength samples"
+            )
         ids, labels, mask, attn, mm = (a[:, :target] for a in (ids, labels, mask, attn, mm))
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
     return {
@@ -123,8 +138,14 @@ def collate_padded(rows: list[TokenizedRow], visual: VisualInputs, *, pad_token_
     }
 
 
-def collate_packed(rows: list[TokenizedRow], visual: VisualInputs, *, seq_length: int | None,
-                   pad_to_multiple_of: int = 1, pad_token_id: int = 0) -> dict:
+def collate_packed(
+    rows: list[TokenizedRow],
+    visual: VisualInputs,
+    *,
+    seq_length: int | None,
+    pad_to_multiple_of: int = 1,
+    pad_token_id: int = 0,
+) -> dict:
     lengths = [len(r) for r in rows]
     if seq_length is not None:
         for n in lengths:
@@ -140,10 +161,10 @@ def collate_packed(rows: list[TokenizedRow], visual: VisualInputs, *, seq_length
     mask = np.zeros(total, dtype=np.float32)
     off = 0
     for r, n, p in zip(rows, lengths, padded):
-        ids[off:off + n] = r.input_ids
-        labels[off:off + n] = r.labels
-        mask[off:off + n] = r.loss_mask
-        pos[off:off + p] = np.arange(p)  # alignment padding continues the positions, as Bridge
+        ids[off : off + n] = r.input_ids
+        labels[off : off + n] = r.labels
+        mask[off : off + n] = r.loss_mask
+        pos[off : off + p] = np.arange(p)  # alignment padding continues the positions, as Bridge
         off += p
     out = {
         "input_ids": torch.from_numpy(ids[None]),
@@ -178,9 +199,19 @@ class Processed:
 class Collator:
     """Callable ``list[Processed] -> batch``; picklable (DataLoader workers, Bridge's ``collate_fn``)."""
 
-    def __init__(self, *, pad_token_id: int, patch_dim: int, seq_length: int | None = 4096,
-                 pad_to_max_length: bool = False, pad_to_multiple_of: int = 128, packing: bool = False,
-                 packing_pad_to_multiple_of: int = 1, bridge_visual_inputs: bool = False, strict: bool = True):
+    def __init__(
+        self,
+        *,
+        pad_token_id: int,
+        patch_dim: int,
+        seq_length: int | None = 4096,
+        pad_to_max_length: bool = False,
+        pad_to_multiple_of: int = 128,
+        packing: bool = False,
+        packing_pad_to_multiple_of: int = 1,
+        bridge_visual_inputs: bool = False,
+        strict: bool = True,
+    ):
         self.pad_token_id = pad_token_id
         self.strict = strict  # False: truncate without raising (planning batches; the planner checks lengths)
         self.patch_dim = patch_dim
@@ -195,18 +226,26 @@ class Collator:
         items = [i for i in items if i is not None]
         if not items:
             raise ValueError("empty batch")
-        visual = visual_inputs_of([p for i in items for p in i.pixel_values], [g for i in items for g in i.grids],
-                                  self.patch_dim)
+        visual = visual_inputs_of(
+            [p for i in items for p in i.pixel_values], [g for i in items for g in i.grids], self.patch_dim
+        )
         if self.bridge_visual_inputs:
             visual = visual.to_bridge()
         rows = [i.row for i in items]
         if self.packing:
-            batch = collate_packed(rows, visual, seq_length=self.seq_length,
-                                   pad_to_multiple_of=self.packing_pad_to_multiple_of)
+            batch = collate_packed(
+                rows, visual, seq_length=self.seq_length, pad_to_multiple_of=self.packing_pad_to_multiple_of
+            )
         else:
-            batch = collate_padded(rows, visual, pad_token_id=self.pad_token_id, seq_length=self.seq_length,
-                                   pad_to_max_length=self.pad_to_max_length,
-                                   pad_to_multiple_of=self.pad_to_multiple_of, strict=self.strict)
+            batch = collate_padded(
+                rows,
+                visual,
+                pad_token_id=self.pad_token_id,
+                seq_length=self.seq_length,
+                pad_to_max_length=self.pad_to_max_length,
+                pad_to_multiple_of=self.pad_to_multiple_of,
+                strict=self.strict,
+            )
         deferred = [d for i in items for d in i.deferred]
         if deferred:
             batch[DEFERRED_KEY] = deferred

@@ -63,12 +63,14 @@ def nvjpeg_decoder(device: str) -> Callable[[list[bytes]], list[torch.Tensor]]:
 
 def pil_decoder(device: str) -> Callable[[list[bytes]], list[torch.Tensor]]:
     """The same interface with Pillow on the CPU (tests, and machines without nvJPEG)."""
+
     def decode(data: list[bytes]) -> list[torch.Tensor]:
         out = []
         for b in data:
             with Image.open(io.BytesIO(b)) as im:
                 out.append(torch.from_numpy(np.asarray(im.convert("RGB")).copy()).permute(2, 0, 1).to(device))
         return out
+
     return decode
 
 
@@ -93,8 +95,9 @@ def resize_torch(img: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     return x.round_().clamp_(0, 255)[0]
 
 
-def finish_batch(batch: dict, model: str | QwenSpec, device: str,
-                 decoder: Callable[[list[bytes]], list[torch.Tensor]] | None = None) -> dict:
+def finish_batch(
+    batch: dict, model: str | QwenSpec, device: str, decoder: Callable[[list[bytes]], list[torch.Tensor]] | None = None
+) -> dict:
     """``batch`` with its deferred images decoded, resized, normalised and patchified on ``device``
     (``visual_inputs.pixel_values`` replaced; the ``deferred_images`` key removed)."""
     items = batch.pop(DEFERRED_KEY, None)

@@ -84,8 +84,15 @@ class LoaderOptions:
         _choice("images", self.images, IMAGE_MODES)
         if self.image_device is not None and self.images != "decode":
             raise OptionsError(f"`image_device` works with `images`='decode' only, got images={self.images!r}")
-        for name in ("micro_batch_size", "pad_to_multiple_of", "packing_pad_to_multiple_of", "shuffle_buffer",
-                     "epoch_samples", "prefetch_factor", "min_pixels"):
+        for name in (
+            "micro_batch_size",
+            "pad_to_multiple_of",
+            "packing_pad_to_multiple_of",
+            "shuffle_buffer",
+            "epoch_samples",
+            "prefetch_factor",
+            "min_pixels",
+        ):
             _at_least(name, getattr(self, name), 1)
         _at_least("num_workers", self.num_workers, 0)
         if self.seq_length is not None:
@@ -101,8 +108,10 @@ class LoaderOptions:
         """A copy with ``changes`` applied (validated); an unknown name raises ``OptionsError`` naming it."""
         unknown = sorted(set(changes) - set(names()))
         if unknown:
-            hints = [f"{u!r}" + (f" (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(u, names(), 1)) else "")
-                     for u in unknown]
+            hints = [
+                f"{u!r}" + (f" (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(u, names(), 1)) else "")
+                for u in unknown
+            ]
             raise OptionsError(f"unknown loader option {', '.join(hints)}; options: {', '.join(names())}")
         return dataclasses.replace(self, **changes) if changes else self
 

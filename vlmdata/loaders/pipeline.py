@@ -75,8 +75,16 @@ def _seed(*parts) -> int:
 class Plan:
     """Per-epoch reference sequences per rank, and the share of each DataLoader worker."""
 
-    def __init__(self, kind: str, *, refs_by_shard: list[list[SampleRef]] | None = None, epoch_samples: int = 0,
-                 seed: int = 0, shuffle: bool = True, buffer: int = 256):
+    def __init__(
+        self,
+        kind: str,
+        *,
+        refs_by_shard: list[list[SampleRef]] | None = None,
+        epoch_samples: int = 0,
+        seed: int = 0,
+        shuffle: bool = True,
+        buffer: int = 256,
+    ):
         self.kind = kind  # "shards" | "source"
         self.refs_by_shard = refs_by_shard or []
         self.epoch_samples = epoch_samples if kind == "source" else sum(len(r) for r in self.refs_by_shard)
@@ -106,12 +114,14 @@ class Plan:
             mine = shuffle_buffer(mine, self.buffer, random.Random(_seed(self.seed, "buf", epoch, rank)))
         return mine
 
-    def stream(self, epoch: int, rank: int, world: int, worker: int, num_workers: int,
-               consumed: "Consumed | None" = None) -> list:
+    def stream(
+        self, epoch: int, rank: int, world: int, worker: int, num_workers: int, consumed: "Consumed | None" = None
+    ) -> list:
         """Worker ``worker``'s references: every ``num_workers``-th position not consumed yet."""
         seq = self.rank_sequence(epoch, rank, world)
-        return [seq[p] for p in worker_positions(len(seq), worker_slice(worker, epoch, num_workers), num_workers,
-                                                   consumed)]
+        return [
+            seq[p] for p in worker_positions(len(seq), worker_slice(worker, epoch, num_workers), num_workers, consumed)
+        ]
 
 
 @dataclass
@@ -151,7 +161,7 @@ class Consumed:
         """This state after worker ``w`` (of ``num_workers`` started from it, in ``epoch``) consumed
         ``counts[w]`` positions."""
         rem = self.remaining(n)
-        new = [p for w, c in enumerate(counts) for p in rem[worker_slice(w, epoch, num_workers)::num_workers][:c]]
+        new = [p for w, c in enumerate(counts) for p in rem[worker_slice(w, epoch, num_workers) :: num_workers][:c]]
         return self.plus_positions(new) if new else self
 
 
@@ -166,6 +176,7 @@ def worker_positions(n: int, worker: int, num_workers: int, consumed: Consumed |
 
 
 # ----------------------------------------------------------------------------- reading samples
+
 
 @dataclass
 class Stats:
@@ -186,8 +197,13 @@ class Stats:
         return dict(sorted(out.items()))
 
     def to_json(self) -> dict:
-        return {"samples": self.samples, "batches": self.batches, "skipped": self.skipped,
-                "skipped_by_reason": self.skipped_by_reason(), "skipped_samples": list(self.skipped_samples)}
+        return {
+            "samples": self.samples,
+            "batches": self.batches,
+            "skipped": self.skipped,
+            "skipped_by_reason": self.skipped_by_reason(),
+            "skipped_samples": list(self.skipped_samples),
+        }
 
 
 def check_epoch(epoch: int, samples: int, skipped: list[dict]) -> None:
@@ -206,12 +222,15 @@ def check_epoch(epoch: int, samples: int, skipped: list[dict]) -> None:
     if samples:
         return
     if not skipped:
-        raise EmptyEpochError(f"epoch {epoch} had no samples for this rank (an empty dataset, or fewer samples "
-                              "than ranks)")
+        raise EmptyEpochError(
+            f"epoch {epoch} had no samples for this rank (an empty dataset, or fewer samples than ranks)"
+        )
     reasons: dict[str, int] = {}
     for s in skipped:
         reasons[s.get("reason", "?")] = reasons.get(s.get("reason", "?"), 0) + 1
     first = skipped[0]
-    raise EmptyEpochError(f"epoch {epoch}: every sample was skipped ({len(skipped)}: "
-                          + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda t: -t[1]))
-                          + f"; first: shard {first.get('shard')} key {first.get('key')}: {first.get('detail')})")
+    raise EmptyEpochError(
+        f"epoch {epoch}: every sample was skipped ({len(skipped)}: "
+        + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda t: -t[1]))
+        + f"; first: shard {first.get('shard')} key {first.get('key')}: {first.get('detail')})"
+    )

@@ -92,13 +92,9 @@ class BufferPool:
             fits = [b for b in self._idle if b.size >= n]
             block = min(fits, key=lambda b: b.size) if fits else None
             if block is not None:
-                self._idle = [
-                    b for b in self._idle if b is not block
-                ]  # by identity (== is elementwise)
+                self._idle = [b for b in self._idle if b is not block]  # by identity (== is elementwise)
         if block is None:
-            block = np.empty(
-                n + n // 8, dtype=np.float32
-            )  # 1/8 spare: the next batch's rows usually fit
+            block = np.empty(n + n // 8, dtype=np.float32)  # 1/8 spare: the next batch's rows usually fit
         lease = _Lease(block, n)
         weakref.finalize(lease, self._give_back, block)
         return np.asarray(lease).reshape(shape)
@@ -115,9 +111,7 @@ class BufferPool:
             self._idle.clear()
 
 
-BUFFERS = (
-    BufferPool()
-)  # one per process (a forked worker starts with a copy of the parent's idle blocks)
+BUFFERS = BufferPool()  # one per process (a forked worker starts with a copy of the parent's idle blocks)
 
 
 def preprocess_rows(
@@ -142,14 +136,10 @@ def preprocess_rows(
     elif resize == "hf":
         resampler = "pil" if exact else "torch"
         if isinstance(data, Image.Image):
-            a, chw = resized_array(
-                data, s, min_pixels, max_pixels, not exact, resampler
-            )
+            a, chw = resized_array(data, s, min_pixels, max_pixels, not exact, resampler)
         else:
             with Image.open(io.BytesIO(bytes(data))) as img:
-                a, chw = resized_array(
-                    img, s, min_pixels, max_pixels, not exact, resampler
-                )
+                a, chw = resized_array(img, s, min_pixels, max_pixels, not exact, resampler)
     else:
         raise ValueError(f"resize must be 'bridge' or 'hf', got {resize!r}")
     rows = PixelRows(a, s, chw)

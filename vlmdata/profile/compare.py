@@ -16,8 +16,15 @@ import numpy as np
 
 from vlmdata.profile.measure import ProfileError, ProfileOptions, load_profile, metric_values, profile_dataset
 
-METRICS = ("pixels_per_image", "aspect_ratio", "bytes_per_image", "visual_tokens_per_sample",
-           "text_tokens_per_sample", "images_per_sample", "decode_ms_per_image")
+METRICS = (
+    "pixels_per_image",
+    "aspect_ratio",
+    "bytes_per_image",
+    "visual_tokens_per_sample",
+    "text_tokens_per_sample",
+    "images_per_sample",
+    "decode_ms_per_image",
+)
 # Issue 3 goals: 0.05 visual tokens/sample and pixels/image, 0.10 bytes/image, decode median in [0.9, 1.1].
 DEFAULT_THRESHOLDS = {
     "pixels_per_image": 0.05,
@@ -105,8 +112,12 @@ def options_from(profile: dict, tokenizer: str | None = None) -> ProfileOptions:
     """Profile options that make a dataset comparable with ``profile`` (same model and limits)."""
     m = profile["model"]
     tok = tokenizer or (profile.get("tokenizer") or {}).get("path")
-    return ProfileOptions(model=m["name"], min_pixels=int(m["min_pixels"]), max_pixels=int(m["max_pixels"]),
-                          tokenizer=tok if tok and os.path.isdir(tok) else tokenizer)
+    return ProfileOptions(
+        model=m["name"],
+        min_pixels=int(m["min_pixels"]),
+        max_pixels=int(m["max_pixels"]),
+        tokenizer=tok if tok and os.path.isdir(tok) else tokenizer,
+    )
 
 
 def _median(v) -> float | None:
@@ -120,8 +131,18 @@ def compare(a: dict, b: dict, thresholds: Thresholds | None = None) -> dict:
     rows = []
     for name in METRICS:
         x, y = va[name], vb[name]
-        row = {"metric": name, "n_a": len(x), "n_b": len(y), "median_a": _median(x), "median_b": _median(y),
-               "ks": None, "ks_critical_5pct": None, "threshold": None, "ratio": None, "status": SKIP}
+        row = {
+            "metric": name,
+            "n_a": len(x),
+            "n_b": len(y),
+            "median_a": _median(x),
+            "median_b": _median(y),
+            "ks": None,
+            "ks_critical_5pct": None,
+            "threshold": None,
+            "ratio": None,
+            "status": SKIP,
+        }
         if not x or not y:
             row["note"] = "no data on " + (" and ".join(s for s, v in (("A", x), ("B", y)) if not v))
             rows.append(row)
@@ -131,8 +152,12 @@ def compare(a: dict, b: dict, thresholds: Thresholds | None = None) -> dict:
         if name == "decode_ms_per_image":
             ratio = row["median_b"] / row["median_a"] if row["median_a"] else float("inf")
             lo, hi = th.decode_ratio
-            row.update(ratio=round(ratio, 4), threshold=[lo, hi], test="median ratio B/A within range",
-                       status=PASS if lo <= ratio <= hi else FAIL)
+            row.update(
+                ratio=round(ratio, 4),
+                threshold=[lo, hi],
+                test="median ratio B/A within range",
+                status=PASS if lo <= ratio <= hi else FAIL,
+            )
         else:
             t = th.ks[name]
             row.update(threshold=t, test="KS <= threshold", status=PASS if row["ks"] <= t else FAIL)
@@ -147,21 +172,37 @@ def _warnings(a: dict, b: dict) -> list[str]:
     ma, mb = a.get("model", {}), b.get("model", {})
     keys = ("name", "min_pixels", "max_pixels")
     if any(ma.get(k) != mb.get(k) for k in keys):
-        out.append("visual tokens were counted for different models or pixel limits: "
-                   f"A {[ma.get(k) for k in keys]} vs B {[mb.get(k) for k in keys]}")
+        out.append(
+            "visual tokens were counted for different models or pixel limits: "
+            f"A {[ma.get(k) for k in keys]} vs B {[mb.get(k) for k in keys]}"
+        )
     ta, tb = a.get("tokenizer") or {}, b.get("tokenizer") or {}
-    if ta.get("tokenizer_json_sha256") != tb.get("tokenizer_json_sha256") or ta.get("vocab_size") != tb.get("vocab_size"):
+    if ta.get("tokenizer_json_sha256") != tb.get("tokenizer_json_sha256") or ta.get("vocab_size") != tb.get(
+        "vocab_size"
+    ):
         out.append("text tokens were counted with different tokenizers")
     da, db = a.get("decode") or {}, b.get("decode") or {}
-    if da.get("decoder") and db.get("decoder") and (da.get("decoder") != db.get("decoder")
-                                                    or da.get("machine") != db.get("machine")):
-        out.append(f"decode times come from different decoders or machines: {da.get('decoder')} on "
-                   f"{da.get('machine')} vs {db.get('decoder')} on {db.get('machine')}")
+    if (
+        da.get("decoder")
+        and db.get("decoder")
+        and (da.get("decoder") != db.get("decoder") or da.get("machine") != db.get("machine"))
+    ):
+        out.append(
+            f"decode times come from different decoders or machines: {da.get('decoder')} on "
+            f"{da.get('machine')} vs {db.get('decoder')} on {db.get('machine')}"
+        )
     return out
 
 
 def side_summary(path: str, kind: str, p: dict) -> dict:
     s = p.get("summary", {})
-    return {"path": os.path.abspath(path), "kind": kind, "source": p.get("source", {}),
-            "samples": s.get("samples"), "images": s.get("images"), "stored_samples": p["rows"]["stored_samples"],
-            "model": p.get("model", {}).get("name"), "profile_sha256": p.get("_sha256")}
+    return {
+        "path": os.path.abspath(path),
+        "kind": kind,
+        "source": p.get("source", {}),
+        "samples": s.get("samples"),
+        "images": s.get("images"),
+        "stored_samples": p["rows"]["stored_samples"],
+        "model": p.get("model", {}).get("name"),
+        "profile_sha256": p.get("_sha256"),
+    }

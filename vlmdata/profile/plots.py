@@ -53,8 +53,13 @@ def plot_profiles(profiles: list[dict], path: str, labels: list[str] | None = No
             bins = np.linspace(lo, hi if hi > lo else lo + 1, 40)
         for s, lab in zip(series, labels):
             if s.size:
-                ax.hist(s, bins=bins, alpha=0.55 if len(series) > 1 else 0.9, label=f"{lab} (n={s.size})",
-                        density=len(series) > 1)
+                ax.hist(
+                    s,
+                    bins=bins,
+                    alpha=0.55 if len(series) > 1 else 0.9,
+                    label=f"{lab} (n={s.size})",
+                    density=len(series) > 1,
+                )
         ax.set_title(name, fontsize=10)
         ax.tick_params(labelsize=8)
         if len(series) > 1:

@@ -221,8 +221,10 @@ def decode_jpeg_gpu(images: list[bytes], device: str = "cuda") -> list:
     except ImportError as e:
         raise RuntimeError("decode_jpeg_gpu needs torchvision (pip install torchvision)") from e
     if not str(device).startswith("cuda") or not torch.cuda.is_available():
-        raise RuntimeError(f"decode_jpeg_gpu needs a CUDA device, got device={device!r} "
-                           f"(torch.cuda.is_available()={torch.cuda.is_available()})")
+        raise RuntimeError(
+            f"decode_jpeg_gpu needs a CUDA device, got device={device!r} "
+            f"(torch.cuda.is_available()={torch.cuda.is_available()})"
+        )
     if not images:
         return []
     tensors = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in images]

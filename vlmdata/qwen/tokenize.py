@@ -52,8 +52,15 @@ DEFAULT_SYSTEM = "You are a helpful assistant."
 
 # Bridge data/token_utils.py QWEN_TOKENS: masked out of labels (ids looked up in the tokenizer).
 QWEN_SKIPPED_TOKENS = (
-    "<|im_start|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
-    "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>",
+    "<|im_start|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<|AUDIO|>",
+    "<|audio_bos|>",
+    "<|audio_eos|>",
 )
 # Bridge's CHATML_OTHER_ROLE_STARTS plus the assistant marker.
 MARKER_ROLES = ("assistant", "system", "developer", "user", "tool")
@@ -64,16 +71,16 @@ def default_system_of_template(template: str | None) -> str | None:
     """The system prompt a Qwen chat template inserts when the conversation has none (rendered, not
     guessed): the Qwen2/2.5-VL template inserts "You are a helpful assistant.", Qwen3-VL's none."""
     if template is None:
-
         template = QWEN2_VL_CHAT_TEMPLATE
     import jinja2
 
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     out = env.from_string(template).render(
-        messages=[{"role": "user", "content": [{"type": "text", "text": "Q"}]}], add_generation_prompt=False)
+        messages=[{"role": "user", "content": [{"type": "text", "text": "Q"}]}], add_generation_prompt=False
+    )
     head = "<|im_start|>system\n"
     if out.startswith(head):
-        return out[len(head):out.index("<|im_end|>")]
+        return out[len(head) : out.index("<|im_end|>")]
     return None
 
 
@@ -143,8 +150,13 @@ class ChatTokenizer:
 
     _UNSET = object()
 
-    def __init__(self, tokenizer=None, model: str | QwenSpec = "qwen3-vl", chat_template: str | None = None,
-                 default_system=_UNSET):
+    def __init__(
+        self,
+        tokenizer=None,
+        model: str | QwenSpec = "qwen3-vl",
+        chat_template: str | None = None,
+        default_system=_UNSET,
+    ):
         if tokenizer is None:
             tokenizer = shared_tokenizer()
         self.tokenizer = tokenizer
@@ -159,7 +171,9 @@ class ChatTokenizer:
         self.im_start, self.im_end = tid("<|im_start|>"), tid("<|im_end|>")
         self.vision_start, self.vision_end, self.image_pad = tid(VISION_START), tid(VISION_END), tid(IMAGE_PAD)
         unk = getattr(tokenizer, "unk_token_id", None)
-        skipped = {int(k) for k, v in getattr(tokenizer, "added_tokens_decoder", {}).items() if str(v) in QWEN_SKIPPED_TOKENS}
+        skipped = {
+            int(k) for k, v in getattr(tokenizer, "added_tokens_decoder", {}).items() if str(v) in QWEN_SKIPPED_TOKENS
+        }
         self.skipped = np.array(sorted(skipped), dtype=np.int64)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._backend = _private_backend(tokenizer)
@@ -195,10 +209,16 @@ class ChatTokenizer:
 
     def render_text(self, conversation: list[dict]) -> str:
         """The chat-template string (image pads unexpanded), for checks against the HF template."""
-        dec = {self.im_start: "<|im_start|>", self.im_end: "<|im_end|>", self.vision_start: VISION_START,
-               self.vision_end: VISION_END}
-        return "".join(dec[r] if isinstance(r, int) else (IMAGE_PAD if isinstance(r, tuple) else r)
-                       for r in self.render_runs(conversation))
+        dec = {
+            self.im_start: "<|im_start|>",
+            self.im_end: "<|im_end|>",
+            self.vision_start: VISION_START,
+            self.vision_end: VISION_END,
+        }
+        return "".join(
+            dec[r] if isinstance(r, int) else (IMAGE_PAD if isinstance(r, tuple) else r)
+            for r in self.render_runs(conversation)
+        )
 
     def _encode_many(self, chunks: list[str]) -> list[list[int]]:
         todo = [c for c in dict.fromkeys(chunks) if c not in self._cache]
@@ -228,7 +248,7 @@ class ChatTokenizer:
         control-token string is cut after its first character, so the tokenizer never matches it."""
         pieces, last = [], 0
         for m in CONTROL_TOKEN.finditer(text):
-            pieces += [text[last:m.start() + 1], text[m.start() + 1:m.end()]]
+            pieces += [text[last : m.start() + 1], text[m.start() + 1 : m.end()]]
             last = m.end()
         pieces.append(text[last:])
         out: list[int] = []
@@ -269,7 +289,9 @@ class ChatTokenizer:
         ids = np.asarray(out, dtype=np.int64)
         pads = int(np.count_nonzero(ids == self.image_pad))
         if pads != sum(image_tokens):
-            raise ValueError(f"{pads} image pad tokens for {sum(image_tokens)} visual tokens (text held control tokens)")
+            raise ValueError(
+                f"{pads} image pad tokens for {sum(image_tokens)} visual tokens (text held control tokens)"
+            )
         return ids
 
     def assistant_mask(self, ids: np.ndarray) -> np.ndarray:
@@ -283,7 +305,7 @@ class ChatTokenizer:
             best = None
             for role, pat in self.role_markers.items():
                 L = len(pat)
-                if pos + L <= n and ids[pos:pos + L].tolist() == pat and (best is None or L > best[2]):
+                if pos + L <= n and ids[pos : pos + L].tolist() == pat and (best is None or L > best[2]):
                     best = (pos, role, L)
             if best:
                 markers.append(best)
@@ -300,7 +322,7 @@ class ChatTokenizer:
                 continue
             e = int(ends[i])
             after = e + 1
-            if e + 1 + len(nl) <= limit and ids[e + 1:e + 1 + len(nl)].tolist() == nl:
+            if e + 1 + len(nl) <= limit and ids[e + 1 : e + 1 + len(nl)].tolist() == nl:
                 after = e + 1 + len(nl)
             mask[content_start:after] = 1.0
             found = True
@@ -324,4 +346,4 @@ class ChatTokenizer:
 
     def image_tokens(self, grid: tuple[int, int, int]) -> int:
         t, h, w = grid
-        return t * h * w // (self.spec.merge_size ** 2)
+        return t * h * w // (self.spec.merge_size**2)

@@ -34,11 +34,18 @@ QVU_MIN_PIXELS = 4 * QVU_FACTOR**2
 QVU_MAX_PIXELS = 16384 * QVU_FACTOR**2
 
 
-def qvu_smart_resize(height: int, width: int, factor: int = QVU_FACTOR, min_pixels: int = QVU_MIN_PIXELS,
-                     max_pixels: int = QVU_MAX_PIXELS) -> tuple[int, int]:
+def qvu_smart_resize(
+    height: int,
+    width: int,
+    factor: int = QVU_FACTOR,
+    min_pixels: int = QVU_MIN_PIXELS,
+    max_pixels: int = QVU_MAX_PIXELS,
+) -> tuple[int, int]:
     """qwen-vl-utils 0.0.14 ``smart_resize`` (its own variant, not transformers')."""
     if max(height, width) / min(height, width) > 200:
-        raise ValueError(f"absolute aspect ratio must be smaller than 200, got {max(height, width) / min(height, width)}")
+        raise ValueError(
+            f"absolute aspect ratio must be smaller than 200, got {max(height, width) / min(height, width)}"
+        )
     h_bar = max(factor, round(height / factor) * factor)
     w_bar = max(factor, round(width / factor) * factor)
     if h_bar * w_bar > max_pixels:
@@ -52,8 +59,13 @@ def qvu_smart_resize(height: int, width: int, factor: int = QVU_FACTOR, min_pixe
     return h_bar, w_bar
 
 
-def bridge_target_size(height: int, width: int, spec: str | QwenSpec = "qwen3-vl", min_pixels: int = BRIDGE_MIN_PIXELS,
-                       max_pixels: int = BRIDGE_MAX_PIXELS) -> tuple[int, int]:
+def bridge_target_size(
+    height: int,
+    width: int,
+    spec: str | QwenSpec = "qwen3-vl",
+    min_pixels: int = BRIDGE_MIN_PIXELS,
+    max_pixels: int = BRIDGE_MAX_PIXELS,
+) -> tuple[int, int]:
     """(h, w) the HF processor resizes to after qwen-vl-utils' pre-resize, for an H x W source."""
     s = get_spec(spec)
     qh, qw = qvu_smart_resize(height, width)
@@ -96,8 +108,13 @@ def _resize_torch_to(a: np.ndarray, size_hw: tuple[int, int], scale=None) -> np.
     return np.ascontiguousarray(y[0].numpy())
 
 
-def preprocess_bridge(data: bytes | Image.Image, spec: str | QwenSpec = "qwen3-vl", min_pixels: int = BRIDGE_MIN_PIXELS,
-                      max_pixels: int = BRIDGE_MAX_PIXELS, exact: bool = False) -> tuple[np.ndarray, tuple[int, int, int]]:
+def preprocess_bridge(
+    data: bytes | Image.Image,
+    spec: str | QwenSpec = "qwen3-vl",
+    min_pixels: int = BRIDGE_MIN_PIXELS,
+    max_pixels: int = BRIDGE_MAX_PIXELS,
+    exact: bool = False,
+) -> tuple[np.ndarray, tuple[int, int, int]]:
     """One image (encoded bytes or PIL) -> (pixel_values float32 [gh*gw, 3*T*p*p], (1, gh, gw)) as Bridge's
     collate (qwen-vl-utils pre-resize + HF processor) produces them. See the module docstring."""
     s = get_spec(spec)
@@ -106,8 +123,9 @@ def preprocess_bridge(data: bytes | Image.Image, spec: str | QwenSpec = "qwen3-v
     return patchify(a, s, chw), (1, h // s.patch_size, w // s.patch_size)
 
 
-def bridge_resized(data: bytes | Image.Image, spec: QwenSpec, min_pixels: int, max_pixels: int,
-                   exact: bool) -> tuple[np.ndarray, bool]:
+def bridge_resized(
+    data: bytes | Image.Image, spec: QwenSpec, min_pixels: int, max_pixels: int, exact: bool
+) -> tuple[np.ndarray, bool]:
     """(uint8 image at Bridge's final size, chw): what ``preprocess_bridge`` patchifies; (H, W, 3), or
     (3, H, W) when ``chw``."""
     s = spec
@@ -132,8 +150,9 @@ def bridge_resized(data: bytes | Image.Image, spec: QwenSpec, min_pixels: int, m
     return _resize_torch_to(a, (th, tw), scale), True
 
 
-def target_size(height: int, width: int, spec: str | QwenSpec, min_pixels: int, max_pixels: int,
-                resize: str = "bridge") -> tuple[int, int]:
+def target_size(
+    height: int, width: int, spec: str | QwenSpec, min_pixels: int, max_pixels: int, resize: str = "bridge"
+) -> tuple[int, int]:
     """(h, w) in pixels that an ``height`` x ``width`` source is resized to under the resize policy
     (the one place the grid is decided: the decoding paths and ``preprocess_shape`` agree by construction)."""
     s = get_spec(spec)
@@ -144,7 +163,9 @@ def target_size(height: int, width: int, spec: str | QwenSpec, min_pixels: int, 
     raise ValueError(f"resize must be 'bridge' or 'hf', got {resize!r}")
 
 
-def preprocess_shape(data, spec, min_pixels, max_pixels, resize: str = "bridge") -> tuple[np.ndarray, tuple[int, int, int]]:
+def preprocess_shape(
+    data, spec, min_pixels, max_pixels, resize: str = "bridge"
+) -> tuple[np.ndarray, tuple[int, int, int]]:
     """Like ``preprocess_any`` but without decoding: the grid from the image header (or a PIL image's
     size) and all-zero pixel rows of the right shape (a zero-stride view: no memory). For planning and warm-up batches, whose shapes
     and token ids equal the real batches' and whose pixels do not matter."""

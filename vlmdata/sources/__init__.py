@@ -27,12 +27,15 @@ def _detect_url(path: str) -> str:
         fmt = sniff(path)
         if fmt:
             return fmt
-        raise SourceError(f"{storage.redact(path)}: JSON records have neither 'conversations' (LLaVA) nor 'messages'; "
-                          "set `format`")
+        raise SourceError(
+            f"{storage.redact(path)}: JSON records have neither 'conversations' (LLaVA) nor 'messages'; set `format`"
+        )
     if storage.isdir(path):
         return "folder"
-    raise SourceError(f"{storage.redact(path)}: cannot tell the format of a remote source (expected a folder or "
-                      ".json/.jsonl; Hugging Face datasets are read from local paths only); set `format`")
+    raise SourceError(
+        f"{storage.redact(path)}: cannot tell the format of a remote source (expected a folder or "
+        ".json/.jsonl; Hugging Face datasets are read from local paths only); set `format`"
+    )
 
 
 def _check_regular(path: str) -> None:
@@ -63,9 +66,17 @@ def detect_format(path: str) -> str:
     raise SourceError(f"{path}: cannot tell the format (expected a folder, .json/.jsonl or .parquet); set `format`")
 
 
-def open_source(path: str, fmt: str | None = None, *, image_root: str | None = None, prompt: str = DEFAULT_PROMPT,
-                image_column: str | None = None, text_column: str | None = None,
-                deferred: bool = False, allow_outside_root: bool = False) -> tuple[str, Iterator[SourceItem]]:
+def open_source(
+    path: str,
+    fmt: str | None = None,
+    *,
+    image_root: str | None = None,
+    prompt: str = DEFAULT_PROMPT,
+    image_column: str | None = None,
+    text_column: str | None = None,
+    deferred: bool = False,
+    allow_outside_root: bool = False,
+) -> tuple[str, Iterator[SourceItem]]:
     """(format, items) for a source path. Raises SourceError for a bad path or format.
 
     ``deferred``: items may carry unparsed records; call ``item.resolve()`` before using one.
@@ -138,15 +149,20 @@ def source_fingerprint(path: str, fmt: str, exclude: str | None = None) -> str:
             if skip and os.path.realpath(os.path.join(path, rel)).startswith(skip.rstrip(os.sep) + os.sep):
                 continue
             if fmt == "folder" and os.path.splitext(rel)[1].lower() not in (
-                    IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES | {".txt", ".json"}):
+                IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES | {".txt", ".json"}
+            ):
                 continue
             try:
                 st = os.stat(os.path.join(path, rel))
             except OSError:
                 continue
             h.update(rel.encode("utf-8", "surrogateescape") + f"\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-            if fmt == "hf" and stat.S_ISREG(st.st_mode) and rel.endswith((".json", ".arrow", ".parquet")) \
-                    and st.st_size <= 64 << 20:
+            if (
+                fmt == "hf"
+                and stat.S_ISREG(st.st_mode)
+                and rel.endswith((".json", ".arrow", ".parquet"))
+                and st.st_size <= 64 << 20
+            ):
                 _hash_file(h, os.path.join(path, rel))
         return h.hexdigest()
     st = os.stat(path)

@@ -76,8 +76,9 @@ def confine(ref: object, root: str, allow_outside_root: bool) -> str:
         proto = None
     if proto is not None:
         if proto not in storage.OBJECT_STORES:
-            raise BadPath("bad_path", f"remote image {storage.redact(ref)!r:.80} (only local files and object "
-                          "storage are read)")
+            raise BadPath(
+                "bad_path", f"remote image {storage.redact(ref)!r:.80} (only local files and object storage are read)"
+            )
         try:
             storage.check_url(ref)
         except storage.CredentialsInURL:

@@ -22,8 +22,26 @@ from vlmdata.sources.text import BadRecord, caption_conversation, from_turns
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
 # image formats seen in the wild that shards do not store: counted and skipped, never silently dropped
-UNSUPPORTED_IMAGE_SUFFIXES = {".heic", ".heif", ".avif", ".jxl", ".jp2", ".j2k", ".svg", ".psd", ".ico",
-                              ".dng", ".cr2", ".nef", ".arw", ".raw", ".tga", ".ppm", ".pgm", ".pbm"}
+UNSUPPORTED_IMAGE_SUFFIXES = {
+    ".heic",
+    ".heif",
+    ".avif",
+    ".jxl",
+    ".jp2",
+    ".j2k",
+    ".svg",
+    ".psd",
+    ".ico",
+    ".dng",
+    ".cr2",
+    ".nef",
+    ".arw",
+    ".raw",
+    ".tga",
+    ".ppm",
+    ".pgm",
+    ".pbm",
+}
 
 
 def _walk(base: str) -> list[str]:
@@ -71,17 +89,27 @@ def iter_folder(root: str, prompt: str) -> Iterator[SourceItem]:
         item = SourceItem(index=index, input=shown, source_id=shown.rsplit(".", 1)[0], images=[path])
         ext = os.path.splitext(rel)[1].lower()
         if ext in UNSUPPORTED_IMAGE_SUFFIXES:
-            item.error = ("unsupported_format", f"{ext[1:].upper()} images are not supported (convert to JPEG, PNG or WebP)")
+            item.error = (
+                "unsupported_format",
+                f"{ext[1:].upper()} images are not supported (convert to JPEG, PNG or WebP)",
+            )
             item.images = []
             yield item
             continue
         txt, js = os.path.join(root, stem_rel + ".txt"), os.path.join(root, stem_rel + ".json")
         txt_name, js_name = safe_label(os.path.basename(txt)), safe_label(os.path.basename(js))
-        _caption_item(item, prompt, txt_name, js_name,
-                      (lambda t=txt, n=txt_name: _text(storage.read_regular(t, MAX_SIDECAR_BYTES, n)))
-                      if stem_rel + ".txt" in present else None,
-                      (lambda j=js, n=js_name: loads(storage.read_regular(j, MAX_SIDECAR_BYTES, n)))
-                      if stem_rel + ".json" in present else None)
+        _caption_item(
+            item,
+            prompt,
+            txt_name,
+            js_name,
+            (lambda t=txt, n=txt_name: _text(storage.read_regular(t, MAX_SIDECAR_BYTES, n)))
+            if stem_rel + ".txt" in present
+            else None,
+            (lambda j=js, n=js_name: loads(storage.read_regular(j, MAX_SIDECAR_BYTES, n)))
+            if stem_rel + ".json" in present
+            else None,
+        )
         yield item
 
 
@@ -136,12 +164,13 @@ def iter_folder_url(root: str, prompt: str, batch: int = 256) -> Iterator[Source
     """
     base = root.rstrip("/")
     files = storage.find(base)
-    rel_of = {f: f[len(base) + 1:] for f in files if f.startswith(base + "/")}
+    rel_of = {f: f[len(base) + 1 :] for f in files if f.startswith(base + "/")}
     present = set(rel_of.values())
-    images = sorted((r for r in present
-                     if posixpath.splitext(r)[1].lower() in IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES))
+    images = sorted(
+        (r for r in present if posixpath.splitext(r)[1].lower() in IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES)
+    )
     for lo in range(0, len(images), batch):
-        chunk = images[lo:lo + batch]
+        chunk = images[lo : lo + batch]
         want = []
         for rel in chunk:
             stem = posixpath.splitext(rel)[0]
@@ -150,17 +179,27 @@ def iter_folder_url(root: str, prompt: str, batch: int = 256) -> Iterator[Source
         for offset, rel in enumerate(chunk):
             stem = posixpath.splitext(rel)[0]
             txt_name, js_name = posixpath.basename(stem) + ".txt", posixpath.basename(stem) + ".json"
-            item = SourceItem(index=lo + offset, input=safe_label(rel), source_id=safe_label(stem), images=[f"{base}/{rel}"])
+            item = SourceItem(
+                index=lo + offset, input=safe_label(rel), source_id=safe_label(stem), images=[f"{base}/{rel}"]
+            )
             ext = posixpath.splitext(rel)[1].lower()
             if ext in UNSUPPORTED_IMAGE_SUFFIXES:
-                item.error = ("unsupported_format", f"{ext[1:].upper()} images are not supported (convert to JPEG, PNG or WebP)")
+                item.error = (
+                    "unsupported_format",
+                    f"{ext[1:].upper()} images are not supported (convert to JPEG, PNG or WebP)",
+                )
                 item.images = []
                 yield item
                 continue
             txt_url, js_url = f"{base}/{stem}.txt", f"{base}/{stem}.json"
-            _caption_item(item, prompt, txt_name, js_name,
-                          (lambda u=txt_url: _text(_fetched(got, u))) if stem + ".txt" in present else None,
-                          (lambda u=js_url: loads(_fetched(got, u))) if stem + ".json" in present else None)
+            _caption_item(
+                item,
+                prompt,
+                txt_name,
+                js_name,
+                (lambda u=txt_url: _text(_fetched(got, u))) if stem + ".txt" in present else None,
+                (lambda u=js_url: loads(_fetched(got, u))) if stem + ".json" in present else None,
+            )
             yield item
 
 

@@ -22,7 +22,8 @@ TEXT_COLUMNS = ("conversations", "messages", "caption", "text", "answer", "txt")
 
 def is_hf_dir(path: str) -> bool:
     return os.path.isdir(path) and (
-        os.path.exists(os.path.join(path, "dataset_info.json")) or os.path.exists(os.path.join(path, "dataset_dict.json"))
+        os.path.exists(os.path.join(path, "dataset_info.json"))
+        or os.path.exists(os.path.join(path, "dataset_dict.json"))
         or bool(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True))
     )
 
@@ -33,7 +34,9 @@ def _open(path: str):
     datasets.disable_progress_bars()
     if os.path.isfile(path) and path.endswith(".parquet"):
         files = [path]
-    elif os.path.exists(os.path.join(path, "dataset_info.json")) or os.path.exists(os.path.join(path, "dataset_dict.json")):
+    elif os.path.exists(os.path.join(path, "dataset_info.json")) or os.path.exists(
+        os.path.join(path, "dataset_dict.json")
+    ):
         ds = datasets.load_from_disk(path)
         if isinstance(ds, datasets.DatasetDict):
             if "train" not in ds:
@@ -74,8 +77,14 @@ def _image_bytes(value, root: str, allow_outside_root: bool = False) -> list[byt
     return out
 
 
-def iter_hf(path: str, prompt: str, image_column: str | None, text_column: str | None,
-            allow_outside_root: bool = False, image_root: str | None = None) -> Iterator[SourceItem]:
+def iter_hf(
+    path: str,
+    prompt: str,
+    image_column: str | None,
+    text_column: str | None,
+    allow_outside_root: bool = False,
+    image_root: str | None = None,
+) -> Iterator[SourceItem]:
     import datasets  # heavy: imported only when a Hugging Face source is read
 
     try:
@@ -112,15 +121,24 @@ def iter_hf(path: str, prompt: str, image_column: str | None, text_column: str |
         except StopIteration:
             return
         except Exception as e:  # noqa: BLE001 - arrow/parquet raise many types for a damaged file
-            raise SourceError(f"{path}: cannot read row {index} ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
-        item = SourceItem(index=index, input=f"{name}[{index}]",
-                          source_id=safe_label(row[idcol], 200) if idcol else f"{name}[{index}]")
+            raise SourceError(
+                f"{path}: cannot read row {index} ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
+            ) from None
+        item = SourceItem(
+            index=index,
+            input=f"{name}[{index}]",
+            source_id=safe_label(row[idcol], 200) if idcol else f"{name}[{index}]",
+        )
         index += 1
         try:
             item.images = _image_bytes(row[icol], root, allow_outside_root)
             text = row[tcol]
             if isinstance(text, list):
-                role_key, text_key = ("from", "value") if text and isinstance(text[0], dict) and "from" in text[0] else ("role", "content")
+                role_key, text_key = (
+                    ("from", "value")
+                    if text and isinstance(text[0], dict) and "from" in text[0]
+                    else ("role", "content")
+                )
                 item.conversation = from_turns(text, len(item.images), role_key, text_key)
             elif isinstance(text, str) and text.strip():
                 item.conversation = caption_conversation(text, prompt, len(item.images))

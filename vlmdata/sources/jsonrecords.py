@@ -25,7 +25,7 @@ _BOM = b"\xef\xbb\xbf"
 def _head(path: str) -> bytes:
     with storage.open(path, "rb") as f:
         head = f.read(4096)
-    return head[len(_BOM):] if head.startswith(_BOM) else head
+    return head[len(_BOM) :] if head.startswith(_BOM) else head
 
 
 def _lines(f, cap: int, chunk: int = 1 << 20) -> Iterator[bytes | None]:
@@ -42,7 +42,7 @@ def _lines(f, cap: int, chunk: int = 1 << 20) -> Iterator[bytes | None]:
             nl = buf.find(b"\n")
             if nl < 0:
                 break
-            line, buf = buf[:nl + 1], buf[nl + 1:]
+            line, buf = buf[: nl + 1], buf[nl + 1 :]
             if skipping:
                 skipping = False
                 continue
@@ -78,7 +78,7 @@ def iter_records(path: str, raw: bool = False) -> Iterator[tuple[str, object, st
                 yield f"{name}:{lineno}", None, f"line longer than {MAX_RECORD_BYTES} bytes"
                 continue
             if lineno == 1 and line.startswith(_BOM):
-                line = line[len(_BOM):]
+                line = line[len(_BOM) :]
             if not line.strip():
                 continue
             if raw:
@@ -133,8 +133,9 @@ def _fill(item: SourceItem, rec: object, fmt: str, root: str, allow_outside_root
         item.error = ("bad_record", safe_label(e, 300))
 
 
-def iter_json_source(path: str, fmt: str, image_root: str | None, deferred: bool = False,
-                     allow_outside_root: bool = False) -> Iterator[SourceItem]:
+def iter_json_source(
+    path: str, fmt: str, image_root: str | None, deferred: bool = False, allow_outside_root: bool = False
+) -> Iterator[SourceItem]:
     """Items of a LLaVA or messages JSON/JSONL file. ``deferred``: JSONL lines are parsed later, by
     ``SourceItem.resolve()`` (in build workers), so enumerating stays cheap."""
     root = storage.local(image_root) if image_root else storage.dirname(path)

@@ -16,56 +16,119 @@ import numpy as np
 from PIL import Image
 
 PHOTOS = {  # name: (package, relative path, captions)
-    "astronaut": ("skimage", "data/astronaut.png", [
-        "An astronaut in a white spacesuit poses in front of an American flag.",
-        "Portrait of a smiling astronaut holding a helmet, with a flag behind her.",
-        "A woman in a NASA flight suit stands beside a model of the space shuttle."]),
-    "coffee": ("skimage", "data/coffee.png", [
-        "A cup of coffee with latte art on a saucer, seen from above.",
-        "A white ceramic cup of cappuccino with a leaf pattern in the foam.",
-        "Espresso drink on a wooden table next to a small spoon."]),
-    "chelsea": ("skimage", "data/chelsea.png", [
-        "A tabby cat looks to the side with green eyes.",
-        "Close-up of an orange and brown striped cat's face.",
-        "A cat with long whiskers sitting still and staring."]),
-    "rocket": ("skimage", "data/rocket.jpg", [
-        "A rocket launches into a blue sky trailing bright exhaust.",
-        "A Falcon 9 rocket lifts off from the launch pad.",
-        "Smoke and flame billow beneath a rocket during liftoff."]),
-    "hubble": ("skimage", "data/hubble_deep_field.jpg", [
-        "A deep field image of space filled with distant galaxies.",
-        "Hundreds of faint galaxies of different shapes against a black sky.",
-        "Telescope image showing spiral and elliptical galaxies."]),
-    "retina": ("skimage", "data/retina.jpg", [
-        "A fundus photograph of a human retina with blood vessels.",
-        "The back of an eye showing the optic disc and branching vessels.",
-        "Medical image of a healthy left eye retina."]),
-    "motorcycle": ("skimage", "data/motorcycle_left.png", [
-        "A motorcycle parked in a garage next to tools and shelves.",
-        "A red and black motorbike in a cluttered workshop.",
-        "Side view of a sport motorcycle indoors."]),
-    "camera": ("skimage", "data/camera.png", [
-        "A black and white photo of a person operating a camera on a tripod.",
-        "A photographer stands in a field behind a camera.",
-        "Grayscale image of a man with a camera outdoors."]),
-    "grace_hopper": ("matplotlib", "mpl-data/sample_data/grace_hopper.jpg", [
-        "Official portrait of Rear Admiral Grace Hopper in navy uniform.",
-        "A woman in a dark naval uniform with medals smiles at the camera.",
-        "Formal portrait of a naval officer against a plain background."]),
-    "china": ("sklearn", "datasets/images/china.jpg", [
-        "A traditional Chinese temple with curved roofs among trees.",
-        "An ornate pagoda-style building under a clear sky.",
-        "Temple architecture with red pillars and green foliage."]),
-    "flower": ("sklearn", "datasets/images/flower.jpg", [
-        "A pink flower in bloom with a yellow center.",
-        "Close-up of a single flower with delicate petals.",
-        "A blossom photographed against a blurred green background."]),
+    "astronaut": (
+        "skimage",
+        "data/astronaut.png",
+        [
+            "An astronaut in a white spacesuit poses in front of an American flag.",
+            "Portrait of a smiling astronaut holding a helmet, with a flag behind her.",
+            "A woman in a NASA flight suit stands beside a model of the space shuttle.",
+        ],
+    ),
+    "coffee": (
+        "skimage",
+        "data/coffee.png",
+        [
+            "A cup of coffee with latte art on a saucer, seen from above.",
+            "A white ceramic cup of cappuccino with a leaf pattern in the foam.",
+            "Espresso drink on a wooden table next to a small spoon.",
+        ],
+    ),
+    "chelsea": (
+        "skimage",
+        "data/chelsea.png",
+        [
+            "A tabby cat looks to the side with green eyes.",
+            "Close-up of an orange and brown striped cat's face.",
+            "A cat with long whiskers sitting still and staring.",
+        ],
+    ),
+    "rocket": (
+        "skimage",
+        "data/rocket.jpg",
+        [
+            "A rocket launches into a blue sky trailing bright exhaust.",
+            "A Falcon 9 rocket lifts off from the launch pad.",
+            "Smoke and flame billow beneath a rocket during liftoff.",
+        ],
+    ),
+    "hubble": (
+        "skimage",
+        "data/hubble_deep_field.jpg",
+        [
+            "A deep field image of space filled with distant galaxies.",
+            "Hundreds of faint galaxies of different shapes against a black sky.",
+            "Telescope image showing spiral and elliptical galaxies.",
+        ],
+    ),
+    "retina": (
+        "skimage",
+        "data/retina.jpg",
+        [
+            "A fundus photograph of a human retina with blood vessels.",
+            "The back of an eye showing the optic disc and branching vessels.",
+            "Medical image of a healthy left eye retina.",
+        ],
+    ),
+    "motorcycle": (
+        "skimage",
+        "data/motorcycle_left.png",
+        [
+            "A motorcycle parked in a garage next to tools and shelves.",
+            "A red and black motorbike in a cluttered workshop.",
+            "Side view of a sport motorcycle indoors.",
+        ],
+    ),
+    "camera": (
+        "skimage",
+        "data/camera.png",
+        [
+            "A black and white photo of a person operating a camera on a tripod.",
+            "A photographer stands in a field behind a camera.",
+            "Grayscale image of a man with a camera outdoors.",
+        ],
+    ),
+    "grace_hopper": (
+        "matplotlib",
+        "mpl-data/sample_data/grace_hopper.jpg",
+        [
+            "Official portrait of Rear Admiral Grace Hopper in navy uniform.",
+            "A woman in a dark naval uniform with medals smiles at the camera.",
+            "Formal portrait of a naval officer against a plain background.",
+        ],
+    ),
+    "china": (
+        "sklearn",
+        "datasets/images/china.jpg",
+        [
+            "A traditional Chinese temple with curved roofs among trees.",
+            "An ornate pagoda-style building under a clear sky.",
+            "Temple architecture with red pillars and green foliage.",
+        ],
+    ),
+    "flower": (
+        "sklearn",
+        "datasets/images/flower.jpg",
+        [
+            "A pink flower in bloom with a yellow center.",
+            "Close-up of a single flower with delicate petals.",
+            "A blossom photographed against a blurred green background.",
+        ],
+    ),
 }
 DOCUMENT = ("skimage", "data/page.png", "A scanned page of printed text.")
-MULTI_PROMPTS = ["What do these images have in common?", "Describe each image in turn.",
-                 "Compare the two pictures.", "Which of these images shows an animal?"]
-SINGLE_PROMPTS = ["Describe this image.", "What is shown in this picture?", "Write a short caption for this photo.",
-                  "<image>\nWhat do you see?"]
+MULTI_PROMPTS = [
+    "What do these images have in common?",
+    "Describe each image in turn.",
+    "Compare the two pictures.",
+    "Which of these images shows an animal?",
+]
+SINGLE_PROMPTS = [
+    "Describe this image.",
+    "What is shown in this picture?",
+    "Write a short caption for this photo.",
+    "<image>\nWhat do you see?",
+]
 
 
 def package_file(pkg: str, rel: str) -> str:
@@ -112,29 +175,70 @@ def make_source(folder: str, n_single: int = 72, n_multi: int = 16, seed: int = 
         rel = save(f"{photo}_{i:03d}", realistic_crop(photos[photo], rng))
         prompt = SINGLE_PROMPTS[int(rng.integers(len(SINGLE_PROMPTS)))]
         caption = PHOTOS[photo][2][int(rng.integers(3))]
-        records.append({"id": f"single-{i:03d}", "image": rel, "conversations": [
-            {"from": "human", "value": prompt if "<image>" in prompt else f"<image>\n{prompt}"},
-            {"from": "gpt", "value": caption}]})
+        records.append(
+            {
+                "id": f"single-{i:03d}",
+                "image": rel,
+                "conversations": [
+                    {"from": "human", "value": prompt if "<image>" in prompt else f"<image>\n{prompt}"},
+                    {"from": "gpt", "value": caption},
+                ],
+            }
+        )
     for j in range(n_multi):
         k = int(rng.integers(2, 4))
         chosen = [names[int(x)] for x in rng.choice(len(names), size=k, replace=False)]
         rels = [save(f"{p}_m{j:02d}_{n}", realistic_crop(photos[p], rng)) for n, p in enumerate(chosen)]
         answer = " ".join(f"Image {n + 1}: {PHOTOS[p][2][0]}" for n, p in enumerate(chosen))
-        records.append({"id": f"multi-{j:02d}", "image": rels, "conversations": [
-            {"from": "human", "value": "\n".join("<image>" for _ in rels) + "\n" + MULTI_PROMPTS[j % len(MULTI_PROMPTS)]},
-            {"from": "gpt", "value": answer}]})
+        records.append(
+            {
+                "id": f"multi-{j:02d}",
+                "image": rels,
+                "conversations": [
+                    {
+                        "from": "human",
+                        "value": "\n".join("<image>" for _ in rels) + "\n" + MULTI_PROMPTS[j % len(MULTI_PROMPTS)],
+                    },
+                    {"from": "gpt", "value": answer},
+                ],
+            }
+        )
     doc = Image.open(package_file(DOCUMENT[0], DOCUMENT[1]))
     doc.save(os.path.join(folder, "images/page.png"))
-    records.append({"id": "document-0", "image": "images/page.png", "conversations": [
-        {"from": "human", "value": "<image>\nWhat kind of document is this?"}, {"from": "gpt", "value": DOCUMENT[2]}]})
+    records.append(
+        {
+            "id": "document-0",
+            "image": "images/page.png",
+            "conversations": [
+                {"from": "human", "value": "<image>\nWhat kind of document is this?"},
+                {"from": "gpt", "value": DOCUMENT[2]},
+            ],
+        }
+    )
     # two bad inputs, to show the accounting: a missing file and a truncated JPEG
-    records.append({"id": "bad-missing", "image": "images/does_not_exist.jpg", "conversations": [
-        {"from": "human", "value": "<image>\nDescribe this image."}, {"from": "gpt", "value": "Missing."}]})
+    records.append(
+        {
+            "id": "bad-missing",
+            "image": "images/does_not_exist.jpg",
+            "conversations": [
+                {"from": "human", "value": "<image>\nDescribe this image."},
+                {"from": "gpt", "value": "Missing."},
+            ],
+        }
+    )
     good = open(os.path.join(folder, records[0]["image"]), "rb").read()
     with open(os.path.join(folder, "images/truncated.jpg"), "wb") as f:
         f.write(good[: len(good) // 2])
-    records.append({"id": "bad-truncated", "image": "images/truncated.jpg", "conversations": [
-        {"from": "human", "value": "<image>\nDescribe this image."}, {"from": "gpt", "value": "Truncated."}]})
+    records.append(
+        {
+            "id": "bad-truncated",
+            "image": "images/truncated.jpg",
+            "conversations": [
+                {"from": "human", "value": "<image>\nDescribe this image."},
+                {"from": "gpt", "value": "Truncated."},
+            ],
+        }
+    )
     path = os.path.join(folder, "data.jsonl")
     with open(path, "w") as f:
         for r in records:

@@ -7,8 +7,15 @@ import re
 from vlmdata.dataset.schema import user_assistant
 from vlmdata.errors import VlmdataError
 
-ROLE_MAP = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
-            "bot": "assistant", "model": "assistant"}
+ROLE_MAP = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "bot": "assistant",
+    "model": "assistant",
+}
 IMAGE_TOKEN = re.compile(r"<image>")
 
 

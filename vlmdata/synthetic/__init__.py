@@ -19,12 +19,20 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve l
 # public name -> defining module; resolved on first use (PEP 562) so that the light ``synthetic.names``
 # does not pull numpy and Pillow into the CLI's start-up
 _EXPORTS = {
-    "Encoded": "vlmdata.synthetic.jpeg", "encode": "vlmdata.synthetic.jpeg", "encode_to_target": "vlmdata.synthetic.jpeg",
-    "search_to_target": "vlmdata.synthetic.jpeg", "jpeg_info": "vlmdata.dataset.images",
-    "quality_from_table": "vlmdata.dataset.images", "FieldBank": "vlmdata.synthetic.pixels",
-    "render": "vlmdata.synthetic.pixels", "render_rgb": "vlmdata.synthetic.pixels", "snap_detail": "vlmdata.synthetic.pixels",
-    "ImagePool": "vlmdata.synthetic.images", "SyntheticImage": "vlmdata.synthetic.images",
-    "detail_for": "vlmdata.synthetic.images", "make_image": "vlmdata.synthetic.images",
+    "Encoded": "vlmdata.synthetic.jpeg",
+    "encode": "vlmdata.synthetic.jpeg",
+    "encode_to_target": "vlmdata.synthetic.jpeg",
+    "search_to_target": "vlmdata.synthetic.jpeg",
+    "jpeg_info": "vlmdata.dataset.images",
+    "quality_from_table": "vlmdata.dataset.images",
+    "FieldBank": "vlmdata.synthetic.pixels",
+    "render": "vlmdata.synthetic.pixels",
+    "render_rgb": "vlmdata.synthetic.pixels",
+    "snap_detail": "vlmdata.synthetic.pixels",
+    "ImagePool": "vlmdata.synthetic.images",
+    "SyntheticImage": "vlmdata.synthetic.images",
+    "detail_for": "vlmdata.synthetic.images",
+    "make_image": "vlmdata.synthetic.images",
 }
 
 

@@ -55,9 +55,17 @@ class RowImage(SyntheticImage):
         q = self.quality or DEFAULT_QUALITY
         qc = cal_quality(q) if self.fmt.upper() == "JPEG" else DEFAULT_QUALITY
         d = detail_for(self.target_bytes / (w * h), self.fmt, qc, self.subsampling, self.progressive)
-        return search_to_target(pixels.render(w, h, seed, d), self.target_bytes, self.fmt, self.subsampling,
-                                self.progressive, self.tolerance, quality=q, detail=d,
-                                render=lambda dd: pixels.render(w, h, seed, dd))
+        return search_to_target(
+            pixels.render(w, h, seed, d),
+            self.target_bytes,
+            self.fmt,
+            self.subsampling,
+            self.progressive,
+            self.tolerance,
+            quality=q,
+            detail=d,
+            render=lambda dd: pixels.render(w, h, seed, dd),
+        )
 
 
 @dataclass(frozen=True)
@@ -91,8 +99,17 @@ class GrayImage:
         def render(dd: float):
             return pixels.render(w, h, seed, dd).getchannel(0)
 
-        return search_to_target(render(d), self.target_bytes, self.fmt, "4:4:4", self.progressive, self.tolerance,
-                                quality=q, detail=d, render=render)
+        return search_to_target(
+            render(d),
+            self.target_bytes,
+            self.fmt,
+            "4:4:4",
+            self.progressive,
+            self.tolerance,
+            quality=q,
+            detail=d,
+            render=render,
+        )
 
 
 def spec_for_row(row: dict) -> tuple[RowImage | GrayImage, str | None]:
@@ -173,8 +190,11 @@ class ProfileGenerator:
         if self.variants < 0:
             raise ValueError("variants must be >= 0")
         self.rows = sample_rows(profile)
-        self.sha256 = sha256 or profile.get("_sha256") or profile_sha256({k: v for k, v in profile.items()
-                                                                          if not k.startswith("_")})
+        self.sha256 = (
+            sha256
+            or profile.get("_sha256")
+            or profile_sha256({k: v for k, v in profile.items() if not k.startswith("_")})
+        )
         self.tok = tokenizer if tokenizer is not None else tokenizer_for_profile(profile)
         self.text = TextMaker(self.tok)
         self.pick = RowPicker(len(self.rows), self.seed)
@@ -213,11 +233,21 @@ class ProfileGenerator:
         for j, (spec, data) in enumerate(zip(self.specs[row], images)):
             fmt = spec.fmt.upper()
             infos.append(ImageInfo(f"{j}.{FORMAT_EXT[fmt]}", spec.width, spec.height, fmt, len(data)))
-        return Sample(key=f"s{i:09d}", conversation=conversation(prompts, answers, len(images)), images=list(images),
-                      image_info=infos, source_id=f"profile-row-{row}",
-                      synthetic={"generator": "profile", "seed": self.seed, "profile": self.sha256, "row": row})
+        return Sample(
+            key=f"s{i:09d}",
+            conversation=conversation(prompts, answers, len(images)),
+            images=list(images),
+            image_info=infos,
+            source_id=f"profile-row-{row}",
+            synthetic={"generator": "profile", "seed": self.seed, "profile": self.sha256, "row": row},
+        )
 
     def describe(self) -> dict:
-        return {"generator": "profile", "seed": self.seed, "profile": self.sha256, "rows": len(self.rows),
-                "variants": self.variants, "substitutions": dict(sorted(self.substitutions.items()))}
-
+        return {
+            "generator": "profile",
+            "seed": self.seed,
+            "profile": self.sha256,
+            "rows": len(self.rows),
+            "variants": self.variants,
+            "substitutions": dict(sorted(self.substitutions.items())),
+        }

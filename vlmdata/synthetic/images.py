@@ -72,13 +72,30 @@ class SyntheticImage:
         w, h = self.width, self.height
         q = self.quality or DEFAULT_QUALITY
         d = detail_for(self.target_bytes / (w * h), self.fmt, q, self.subsampling, self.progressive)
-        return search_to_target(pixels.render(w, h, seed, d), self.target_bytes, self.fmt, self.subsampling,
-                                self.progressive, self.tolerance, quality=q, detail=d,
-                                render=lambda dd: pixels.render(w, h, seed, dd))
+        return search_to_target(
+            pixels.render(w, h, seed, d),
+            self.target_bytes,
+            self.fmt,
+            self.subsampling,
+            self.progressive,
+            self.tolerance,
+            quality=q,
+            detail=d,
+            render=lambda dd: pixels.render(w, h, seed, dd),
+        )
 
 
-def make_image(width: int, height: int, target_bytes: int, subsampling: str = "4:2:0", progressive: bool = False,
-               seed: int = 0, *, fmt: str = "JPEG", quality: int | None = None) -> bytes:
+def make_image(
+    width: int,
+    height: int,
+    target_bytes: int,
+    subsampling: str = "4:2:0",
+    progressive: bool = False,
+    seed: int = 0,
+    *,
+    fmt: str = "JPEG",
+    quality: int | None = None,
+) -> bytes:
     """Encoded synthetic image of ``width`` x ``height`` within 10% of ``target_bytes`` (best effort)."""
     return SyntheticImage(width, height, target_bytes, subsampling, progressive, fmt, quality).generate(seed)
 
@@ -97,16 +114,23 @@ def _calibration(fmt: str, quality: int, subsampling: str, progressive: bool) ->
                 logd, logb = [], []
                 for k in _CAL_RUNGS:
                     d = 2.0 ** (k / pixels.RUNGS_PER_OCTAVE)
-                    sizes = [len(encode(pixels.render(w, h, s, d, _cal_bank), fmt, quality, subsampling, progressive))
-                             for s in _CAL_SEEDS]
+                    sizes = [
+                        len(encode(pixels.render(w, h, s, d, _cal_bank), fmt, quality, subsampling, progressive))
+                        for s in _CAL_SEEDS
+                    ]
                     logd.append(math.log(d))
                     logb.append(math.log(np.mean(sizes) / (w * h)))
                 table = _cal[key] = (np.array(logd), np.maximum.accumulate(np.array(logb)))
     return table
 
 
-def detail_for(bytes_per_pixel: float, fmt: str = "JPEG", quality: int = DEFAULT_QUALITY,
-               subsampling: str = "4:2:0", progressive: bool = False) -> float:
+def detail_for(
+    bytes_per_pixel: float,
+    fmt: str = "JPEG",
+    quality: int = DEFAULT_QUALITY,
+    subsampling: str = "4:2:0",
+    progressive: bool = False,
+) -> float:
     """The content detail whose images encode to about ``bytes_per_pixel`` at these settings."""
     logd, logb = _calibration(fmt, quality, subsampling, progressive)
     return float(math.exp(np.interp(math.log(bytes_per_pixel), logb, logd)))

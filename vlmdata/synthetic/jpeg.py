@@ -25,6 +25,8 @@ from PIL import Image, ImageFilter
 SUBSAMPLINGS = ("4:4:4", "4:2:2", "4:2:0")
 Q_MIN, Q_MAX = 5, 98
 DEFAULT_QUALITY = 90
+
+
 @dataclass(frozen=True)
 class Encoded:
     """One search's outcome: the bytes and how they were reached."""
@@ -40,8 +42,13 @@ class Encoded:
         return len(self.data) / self.target
 
 
-def encode(image: Image.Image, fmt: str = "JPEG", quality: int = DEFAULT_QUALITY, subsampling: str = "4:2:0",
-           progressive: bool = False) -> bytes:
+def encode(
+    image: Image.Image,
+    fmt: str = "JPEG",
+    quality: int = DEFAULT_QUALITY,
+    subsampling: str = "4:2:0",
+    progressive: bool = False,
+) -> bytes:
     """Encode once. JPEG from an RGB, L or YCbCr image (YCbCr skips the colour conversion)."""
     buf = io.BytesIO()
     if fmt.upper() in ("JPEG", "JPG"):
@@ -68,9 +75,15 @@ def _within(size: int, target: int, tolerance: float) -> bool:
     return abs(size / target - 1.0) <= tolerance
 
 
-def search_quality(image: Image.Image, target_bytes: int, subsampling: str = "4:2:0", progressive: bool = False,
-                   tolerance: float = 0.10, start: int = DEFAULT_QUALITY,
-                   max_encodes: int = 8) -> tuple[bytes, int, int]:
+def search_quality(
+    image: Image.Image,
+    target_bytes: int,
+    subsampling: str = "4:2:0",
+    progressive: bool = False,
+    tolerance: float = 0.10,
+    start: int = DEFAULT_QUALITY,
+    max_encodes: int = 8,
+) -> tuple[bytes, int, int]:
     """(bytes, quality, encodes): the closest size tried; it stops at once within half the
     tolerance, after a second encode within the tolerance, or when neighbouring qualities straddle
     the target."""
@@ -87,7 +100,8 @@ def search_quality(image: Image.Image, target_bytes: int, subsampling: str = "4:
             best = (err, data, q)
         # done when within half the tolerance, or within it after a second try
         if _within(len(data), target_bytes, tolerance / 2) or (
-                len(tried) >= 2 and _within(len(best[1]), target_bytes, tolerance)):
+            len(tried) >= 2 and _within(len(best[1]), target_bytes, tolerance)
+        ):
             break
         if len(data) < target_bytes:
             lo = max(lo, q)
@@ -113,25 +127,54 @@ def search_quality(image: Image.Image, target_bytes: int, subsampling: str = "4:
     return best[1], best[2], len(tried)
 
 
-def encode_to_target(pixels_or_image, target_bytes: int, fmt: str = "JPEG", subsampling: str = "4:2:0",
-                     progressive: bool = False, tolerance: float = 0.10, *, quality: int | None = None,
-                     render: Callable[[float], Image.Image] | None = None, detail: float = 1.0,
-                     max_rounds: int = 4) -> tuple[bytes, int | None]:
+def encode_to_target(
+    pixels_or_image,
+    target_bytes: int,
+    fmt: str = "JPEG",
+    subsampling: str = "4:2:0",
+    progressive: bool = False,
+    tolerance: float = 0.10,
+    *,
+    quality: int | None = None,
+    render: Callable[[float], Image.Image] | None = None,
+    detail: float = 1.0,
+    max_rounds: int = 4,
+) -> tuple[bytes, int | None]:
     """Encode ``pixels_or_image`` (uint8 array or PIL image) to about ``target_bytes``.
 
     Returns ``(bytes, quality)`` (quality None for PNG). ``render`` (optional) re-renders the
     content at another ``detail`` (starting at ``detail``) when quality alone cannot reach the
     target. Best effort: the result may miss the tolerance (check ``len(bytes) / target``).
     """
-    res = search_to_target(pixels_or_image, target_bytes, fmt, subsampling, progressive, tolerance,
-                           quality=quality, render=render, detail=detail, max_rounds=max_rounds)
+    res = search_to_target(
+        pixels_or_image,
+        target_bytes,
+        fmt,
+        subsampling,
+        progressive,
+        tolerance,
+        quality=quality,
+        render=render,
+        detail=detail,
+        max_rounds=max_rounds,
+    )
     return res.data, res.quality
 
 
-def search_to_target(pixels_or_image, target_bytes: int, fmt: str = "JPEG", subsampling: str = "4:2:0",
-                     progressive: bool = False, tolerance: float = 0.10, *, quality: int | None = None,
-                     render: Callable[[float], Image.Image] | None = None, detail: float = 1.0,
-                     max_rounds: int = 4, detail_gain: float = 0.5) -> Encoded:
+def search_to_target(
+    pixels_or_image,
+    target_bytes: int,
+    fmt: str = "JPEG",
+    subsampling: str = "4:2:0",
+    progressive: bool = False,
+    tolerance: float = 0.10,
+    *,
+    quality: int | None = None,
+    render: Callable[[float], Image.Image] | None = None,
+    detail: float = 1.0,
+    max_rounds: int = 4,
+    detail_gain: float = 0.5,
+) -> Encoded:
     """:func:`encode_to_target` with the whole outcome (:class:`Encoded`).
 
     ``detail_gain`` is the assumed d log(bytes) / d log(detail) for the first content step.

@@ -29,17 +29,19 @@ from vlmdata.synthetic.names import BRIDGE_NOISE, IMAGEFREE, IMAGEFREE_FIXED, MO
 from vlmdata.synthetic.text import TextMaker
 
 # Verbatim from megatron/bridge/data/builders/mock_vlm_sft.py (_MOCK_RESPONSE_VOCABULARY): 110 words.
-BRIDGE_VOCABULARY = tuple((
-    "the a is was are were have has had do does did will would could should "
-    "may might can need to of in for on with at by from image shows depicts "
-    "contains features displays large small red blue green bright dark light "
-    "object scene background foreground color shape person animal building "
-    "tree sky water ground left right top bottom center middle edge beautiful "
-    "complex simple detailed abstract natural moving standing sitting running "
-    "walking flying and or but so yet nor not very this that these those here "
-    "there where when how what which who whom whose each every all both few "
-    "many much some any no other another such"
-).split())
+BRIDGE_VOCABULARY = tuple(
+    (
+        "the a is was are were have has had do does did will would could should "
+        "may might can need to of in for on with at by from image shows depicts "
+        "contains features displays large small red blue green bright dark light "
+        "object scene background foreground color shape person animal building "
+        "tree sky water ground left right top bottom center middle edge beautiful "
+        "complex simple detailed abstract natural moving standing sitting running "
+        "walking flying and or but so yet nor not very this that these those here "
+        "there where when how what which who whom whose each every all both few "
+        "many much some any no other another such"
+    ).split()
+)
 BRIDGE_PROMPT = "Describe this image."
 BRIDGE_IMAGE_SIZE = (256, 256)  # (width, height) as Bridge's config.image_size is unpacked
 BRIDGE_NUM_BASE_EXAMPLES = 1000
@@ -58,15 +60,28 @@ class BridgeNoise:
     """Megatron Bridge's mock VLM SFT examples (see the module docstring), generated lazily in
     Bridge's order and kept (like Bridge's list of base examples: ~197 KB of pixels per image)."""
 
-    def __init__(self, seed: int = 0, *, image_size: tuple[int, int] = BRIDGE_IMAGE_SIZE, num_images: int = 1,
-                 num_base_examples: int = BRIDGE_NUM_BASE_EXAMPLES, prompt: str = BRIDGE_PROMPT, packing: bool = False,
-                 encoded: bool = False):
+    def __init__(
+        self,
+        seed: int = 0,
+        *,
+        image_size: tuple[int, int] = BRIDGE_IMAGE_SIZE,
+        num_images: int = 1,
+        num_base_examples: int = BRIDGE_NUM_BASE_EXAMPLES,
+        prompt: str = BRIDGE_PROMPT,
+        packing: bool = False,
+        encoded: bool = False,
+    ):
         if len(image_size) != 2 or min(image_size) <= 0:
             raise ValueError("image_size must be two positive dimensions")
         if num_images < 0 or num_base_examples <= 0 or not prompt:
             raise ValueError("need num_images >= 0, num_base_examples > 0 and a prompt")
         self.seed, self.image_size, self.num_images = int(seed), tuple(image_size), int(num_images)
-        self.num_base_examples, self.prompt, self.packing, self.encoded = int(num_base_examples), prompt, packing, encoded
+        self.num_base_examples, self.prompt, self.packing, self.encoded = (
+            int(num_base_examples),
+            prompt,
+            packing,
+            encoded,
+        )
         self._rng = np.random.default_rng(seed=self.seed)
         self._base: list[tuple[str, list]] = []
         self._lock = threading.Lock()
@@ -79,8 +94,12 @@ class BridgeNoise:
                 n = int(self._rng.integers(lo, hi))
                 response = " ".join(self._rng.choice(BRIDGE_VOCABULARY, size=n))
                 width, height = self.image_size
-                imgs = [Image.fromarray(self._rng.integers(low=0, high=256, size=(height, width, 3), dtype=np.uint8),
-                                        mode="RGB") for _ in range(self.num_images)]
+                imgs = [
+                    Image.fromarray(
+                        self._rng.integers(low=0, high=256, size=(height, width, 3), dtype=np.uint8), mode="RGB"
+                    )
+                    for _ in range(self.num_images)
+                ]
                 if self.encoded:
                     imgs = [encode_noise_png(im) for im in imgs]
                 self._base.append((response, imgs))
@@ -89,24 +108,47 @@ class BridgeNoise:
     def sample(self, i: int) -> Sample:
         answer, imgs = self.base_example(i % self.num_base_examples)
         content = [{"type": "image"} for _ in imgs] + [{"type": "text", "text": self.prompt}]
-        conv = [{"role": "user", "content": content},
-                {"role": "assistant", "content": [{"type": "text", "text": answer}]}]
+        conv = [
+            {"role": "user", "content": content},
+            {"role": "assistant", "content": [{"type": "text", "text": answer}]},
+        ]
         w, h = self.image_size
-        infos = [ImageInfo(f"{j}.png", w, h, "PNG", len(im) if isinstance(im, bytes) else 0) for j, im in enumerate(imgs)]
-        return Sample(key=f"s{i:09d}", conversation=conv, images=list(imgs), image_info=infos,
-                      source_id=f"bridge-mock-{i % self.num_base_examples}", synthetic=self.describe())
+        infos = [
+            ImageInfo(f"{j}.png", w, h, "PNG", len(im) if isinstance(im, bytes) else 0) for j, im in enumerate(imgs)
+        ]
+        return Sample(
+            key=f"s{i:09d}",
+            conversation=conv,
+            images=list(imgs),
+            image_info=infos,
+            source_id=f"bridge-mock-{i % self.num_base_examples}",
+            synthetic=self.describe(),
+        )
 
     def describe(self) -> dict:
-        return {"generator": "bridge-noise", "seed": self.seed, "image_size": list(self.image_size),
-                "num_images": self.num_images, "num_base_examples": self.num_base_examples, "packing": self.packing,
-                "stored_as": "PNG (zlib level 0, lossless)" if self.encoded else "PIL.Image in memory"}
+        return {
+            "generator": "bridge-noise",
+            "seed": self.seed,
+            "image_size": list(self.image_size),
+            "num_images": self.num_images,
+            "num_base_examples": self.num_base_examples,
+            "packing": self.packing,
+            "stored_as": "PNG (zlib level 0, lossless)" if self.encoded else "PIL.Image in memory",
+        }
 
 
 class ImageFree:
     """Text-only samples: a profile's text lengths (rows sampled like the profile generator) or fixed ones."""
 
-    def __init__(self, seed: int = 0, tokenizer=None, *, profile: dict | None = None,
-                 prompt_tokens: int = IMAGEFREE_PROMPT_TOKENS, answer_tokens: int = IMAGEFREE_ANSWER_TOKENS):
+    def __init__(
+        self,
+        seed: int = 0,
+        tokenizer=None,
+        *,
+        profile: dict | None = None,
+        prompt_tokens: int = IMAGEFREE_PROMPT_TOKENS,
+        answer_tokens: int = IMAGEFREE_ANSWER_TOKENS,
+    ):
 
         if prompt_tokens < 0 or answer_tokens < 1:
             raise ValueError("need prompt_tokens >= 0 and answer_tokens >= 1")
@@ -116,8 +158,9 @@ class ImageFree:
             validate_profile(profile)
             rows = sample_rows(profile)
             self.rows = [(int(r["prompt_tokens"]), int(r["answer_tokens"]), max(1, int(r["turns"]))) for r in rows]
-            self.profile_sha = profile.get("_sha256") or profile_sha256({k: v for k, v in profile.items()
-                                                                         if not k.startswith("_")})
+            self.profile_sha = profile.get("_sha256") or profile_sha256(
+                {k: v for k, v in profile.items() if not k.startswith("_")}
+            )
             tok = tokenizer if tokenizer is not None else tokenizer_for_profile(profile)
         else:
             self.rows = [(int(prompt_tokens), int(answer_tokens), 1)]

@@ -101,8 +101,9 @@ def _rung(detail: float) -> int:
 class FieldBank:
     """Band-split ``1/f`` luma fields, chroma planes, and lazily built uint8 luma per detail rung."""
 
-    def __init__(self, size: int = BANK_SIZE, seed: int = BANK_SEED, alpha: float = SPECTRUM_ALPHA,
-                 cutoff: float = CUTOFF):
+    def __init__(
+        self, size: int = BANK_SIZE, seed: int = BANK_SEED, alpha: float = SPECTRUM_ALPHA, cutoff: float = CUTOFF
+    ):
         rng = np.random.default_rng(seed)
         spec, f = _pink_noise(size, alpha, rng)
         w_low = 1.0 / (1.0 + (f / np.float32(cutoff)) ** 4)
@@ -182,8 +183,7 @@ def _shapes(w: int, h: int, rng: np.random.Generator) -> Image.Image:
             k = int(rng.integers(3, 9))
             ang = np.sort(rng.uniform(0, 2 * np.pi, k))
             rad = r * rng.uniform(0.5, 1.0, k)
-            draw.polygon([(float(cx + a * np.cos(t)), float(cy + a * np.sin(t))) for a, t in zip(rad, ang)],
-                         fill=255)
+            draw.polygon([(float(cx + a * np.cos(t)), float(cy + a * np.sin(t))) for a, t in zip(rad, ang)], fill=255)
     return mask
 
 

@@ -74,17 +74,28 @@ class SyntheticSource(_Base):
     ``threads`` > 0 builds samples ahead on threads (JPEG encode and numpy release the GIL).
     """
 
-    def __init__(self, profile, seed: int = 0, pool: ImagePool | None = None, *, tokenizer=None, variants: int = 1,
-                 threads: int = 0, prefetch: int = 16, pool_bytes: int = 1 << 30):
+    def __init__(
+        self,
+        profile,
+        seed: int = 0,
+        pool: ImagePool | None = None,
+        *,
+        tokenizer=None,
+        variants: int = 1,
+        threads: int = 0,
+        prefetch: int = 16,
+        pool_bytes: int = 1 << 30,
+    ):
         if isinstance(profile, (str, bytes)) or hasattr(profile, "__fspath__"):
-
             # load_profile is annotated str: a PathLike works there, a bytes path fails there (as before)
             profile = load_profile(profile)  # pyright: ignore[reportArgumentType]
         self.gen = ProfileGenerator(profile, seed, tokenizer, variants=variants)
         self.pool = pool if pool is not None else ImagePool(slots=EXACT_SLOTS, max_bytes=pool_bytes)
         if self.pool.slots != EXACT_SLOTS:
-            raise ValueError("SyntheticSource needs an ImagePool(slots=vlmdata.synthetic.source.EXACT_SLOTS): "
-                             "a smaller slot count would alias content seeds")
+            raise ValueError(
+                "SyntheticSource needs an ImagePool(slots=vlmdata.synthetic.source.EXACT_SLOTS): "
+                "a smaller slot count would alias content seeds"
+            )
         self.threads, self.prefetch = int(threads), max(1, int(prefetch))
 
     def get(self, i: int) -> Sample:
@@ -118,7 +129,6 @@ class MockSource(_Base):
         else:
             prof = options.pop("profile", None)
             if isinstance(prof, (str, bytes)) or hasattr(prof, "__fspath__"):
-
                 prof = load_profile(prof)  # pyright: ignore[reportArgumentType]  # bytes: as above
             self.impl = ImageFree(seed, profile=prof, **options)
         self.threads, self.prefetch = int(threads), max(1, int(prefetch))

@@ -48,8 +48,14 @@ def placeholder(key: str, reason: str) -> Entry:
 class TwinMaker:
     """Builds the twin of one real sample (thread-safe; deterministic for (seed, key))."""
 
-    def __init__(self, seed: int = 0, tokenizer=None, model: str = "qwen3-vl", min_pixels: int = BRIDGE_MIN_PIXELS,
-                 max_pixels: int = BRIDGE_MAX_PIXELS):
+    def __init__(
+        self,
+        seed: int = 0,
+        tokenizer=None,
+        model: str = "qwen3-vl",
+        min_pixels: int = BRIDGE_MIN_PIXELS,
+        max_pixels: int = BRIDGE_MAX_PIXELS,
+    ):
         self.seed = int(seed)
         self.text = TextMaker(tokenizer if tokenizer is not None else get_tokenizer(None))
         self.spec, self.min_pixels, self.max_pixels = get_spec(model), min_pixels, max_pixels
@@ -69,20 +75,30 @@ class TwinMaker:
                 self.substitutions[note] = self.substitutions.get(note, 0) + 1
             out = spec.encode(self._seed(sample.key, 0, j)).data
             images.append(out)
-            infos.append(ImageInfo(f"{j}.{FORMAT_EXT[spec.fmt.upper()]}", spec.width, spec.height, spec.fmt.upper(),
-                                   len(out)))
+            infos.append(
+                ImageInfo(f"{j}.{FORMAT_EXT[spec.fmt.upper()]}", spec.width, spec.height, spec.fmt.upper(), len(out))
+            )
         conv = []
         for t, turn in enumerate(sample.conversation):
             content = turn.get("content")
             if isinstance(content, str):
                 content = self._text(sample.key, t, 0, content)
             elif isinstance(content, list):
-                content = [{**p, "text": self._text(sample.key, t, k, p.get("text") or "")}
-                           if isinstance(p, dict) and p.get("type") == "text" else p for k, p in enumerate(content)]
+                content = [
+                    {**p, "text": self._text(sample.key, t, k, p.get("text") or "")}
+                    if isinstance(p, dict) and p.get("type") == "text"
+                    else p
+                    for k, p in enumerate(content)
+                ]
             conv.append({**turn, "content": content})
-        return Sample(key=sample.key, conversation=conv, images=images, image_info=infos,
-                      source_id=f"twin:{sample.source_id}",
-                      synthetic={"generator": "twin", "seed": self.seed, "of": sample.key})
+        return Sample(
+            key=sample.key,
+            conversation=conv,
+            images=images,
+            image_info=infos,
+            source_id=f"twin:{sample.source_id}",
+            synthetic={"generator": "twin", "seed": self.seed, "of": sample.key},
+        )
 
     def _text(self, key: str, turn: int, part: int, text: str) -> str:
         return self.text.make(self.text.count(text), self._seed(key, 1, turn, part))
@@ -111,9 +127,17 @@ def _twin_entry(maker: TwinMaker, item: Sample | Entry) -> Entry:
         return placeholder(item.key, f"unreadable: {e}")
 
 
-def write_twin(shards: list[str], out: str, *, seed: int = 0, model: str = "qwen3-vl", tokenizer=None,
-               only_keys: set[str] | None = None, threads: int | None = None,
-               progress: Callable[[int], None] | None = None) -> dict:
+def write_twin(
+    shards: list[str],
+    out: str,
+    *,
+    seed: int = 0,
+    model: str = "qwen3-vl",
+    tokenizer=None,
+    only_keys: set[str] | None = None,
+    threads: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict:
     """Write the twin of the dataset whose shards are ``shards`` (in loader order) into folder ``out``.
 
     Args:
@@ -152,10 +176,20 @@ def write_twin(shards: list[str], out: str, *, seed: int = 0, model: str = "qwen
             if progress:
                 progress(len(entries))
     acc = Accounting.from_records(index, records, [])
-    return write_manifest(out, kind="twin", prefix=TWIN_PREFIX, records=records, accounting=acc,
-                          options={"seed": seed, "model": model, "only_keys": None if only_keys is None else len(only_keys)},
-                          source={"format": "twin", "of": list(shards), "placeholders": placeholders,
-                                  "substitutions": dict(sorted(maker.substitutions.items()))})
+    return write_manifest(
+        out,
+        kind="twin",
+        prefix=TWIN_PREFIX,
+        records=records,
+        accounting=acc,
+        options={"seed": seed, "model": model, "only_keys": None if only_keys is None else len(only_keys)},
+        source={
+            "format": "twin",
+            "of": list(shards),
+            "placeholders": placeholders,
+            "substitutions": dict(sorted(maker.substitutions.items())),
+        },
+    )
 
 
 def _write_plan(plan: ShardPlan, out: str) -> ShardRecord:
@@ -164,5 +198,6 @@ def _write_plan(plan: ShardPlan, out: str) -> ShardRecord:
     empty = b"\0" * END_BYTES  # an empty real shard: an empty twin shard keeps the shard count
     with open(os.path.join(out, plan.name), "wb") as f:
         f.write(empty)
-    return ShardRecord(plan.name, 0, 0, END_BYTES, hashlib.sha256(empty).hexdigest(), "", "", plan.start_index,
-                       plan.end_index)
+    return ShardRecord(
+        plan.name, 0, 0, END_BYTES, hashlib.sha256(empty).hexdigest(), "", "", plan.start_index, plan.end_index
+    )

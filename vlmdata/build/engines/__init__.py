@@ -111,8 +111,10 @@ class LocalEngine(Engine):
         if dead or {p.pid for p in procs} - self._pids:
             code = dead[0].exitcode if dead else None
             how = f" (signal {-code})" if code is not None and code < 0 else ""
-            raise EngineError(f"a worker process died{how}, killed or out of memory; the build stopped: run it "
-                              "again with `resume` to continue")
+            raise EngineError(
+                f"a worker process died{how}, killed or out of memory; the build stopped: run it "
+                "again with `resume` to continue"
+            )
 
     def imap(self, fn, args, window=None):
         if self.pool is None:

@@ -26,15 +26,27 @@ def _fraction(text: str) -> float:
 
 
 def add_parser(sub):
-    p = sub.add_parser("build", help="build WebDataset shards from real image-text data", description=(
-        "Turn a folder of images with caption sidecars, LLaVA JSON/JSONL, HF messages JSONL or a local Hugging Face\n"
-        "dataset into tar shards (original image bytes + KEY.json), manifest.json with exact accounting of\n"
-        "every input, and Energon metadata (.nv-meta) that Megatron Bridge reads."),
-        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
-    p.add_argument("source", help="folder, .json/.jsonl file, .parquet file or saved HF dataset folder; folders and "
-                   "JSON files may be fsspec URLs (s3://bucket/prefix, file://...)")
-    p.add_argument("-o", "--out", required=True, help="output folder or URL such as s3://bucket/prefix "
-                   "(must be empty unless --resume/--overwrite)")
+    p = sub.add_parser(
+        "build",
+        help="build WebDataset shards from real image-text data",
+        description=(
+            "Turn a folder of images with caption sidecars, LLaVA JSON/JSONL, HF messages JSONL or a local Hugging Face\n"
+            "dataset into tar shards (original image bytes + KEY.json), manifest.json with exact accounting of\n"
+            "every input, and Energon metadata (.nv-meta) that Megatron Bridge reads."
+        ),
+        formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "source",
+        help="folder, .json/.jsonl file, .parquet file or saved HF dataset folder; folders and "
+        "JSON files may be fsspec URLs (s3://bucket/prefix, file://...)",
+    )
+    p.add_argument(
+        "-o",
+        "--out",
+        required=True,
+        help="output folder or URL such as s3://bucket/prefix (must be empty unless --resume/--overwrite)",
+    )
     p.add_argument("--format", choices=FORMATS, help="source format (default: detected)")
     p.add_argument("--image-root", help="folder that relative image paths in JSON sources are relative to")
     p.add_argument("--prompt", default="Describe this image.", help="user prompt for caption-only sources")
@@ -42,37 +54,83 @@ def add_parser(sub):
     p.add_argument("--text-column", help="HF dataset text/conversation column (default: detected)")
     p.add_argument("--prefix", default="shard", help="shard file name prefix (default: shard)")
     p.add_argument("--max-count", type=positive_int, default=1000, help="samples per shard at most (default 1000)")
-    p.add_argument("--max-size", type=parse_size, default="512MiB",
-                   help="bytes per shard at most, tar headers and padding included (default 512MiB; 0 = no limit)")
-    p.add_argument("--max-pixels", type=positive_int, help="re-encode images above this many pixels (default: never re-encode)")
-    p.add_argument("--max-image-pixels", type=positive_int, default=178_956_970,
-                   help="skip images above this many pixels as decompression bombs")
-    p.add_argument("--allow-outside-root", action="store_true",
-                   help="read image paths in records (JSON, HF path cells) that point outside the source root "
-                   "(the image root / dataset folder); default: skip them as outside_root")
-    p.add_argument("--min-written-fraction", type=_fraction, default=DEFAULT_MIN_WRITTEN_FRACTION,
-                   help="exit 1 when fewer than this fraction of the inputs were written (default 0.5; 0 = off; "
-                   "writing nothing always exits 1)")
-    p.add_argument("--verify", choices=("header", "full"), default="header",
-                   help="image check while building: header + end marker (fast), or full decode")
-    p.add_argument("--workers", type=positive_int, default=None,
-                   help="worker processes, or CPUs of the local Ray instance (default: auto: one process unless "
-                   "the per-input work is heavy (--verify full, --max-pixels, remote source) and a core is free; "
-                   "all cores for Ray)")
-    p.add_argument("--engine", choices=ENGINES, default="local",
-                   help="where per-chunk and per-shard work runs: local processes or Ray tasks (same output)")
-    p.add_argument("--address", help="with --engine ray: an existing Ray cluster ('auto', 'ray://head:10001'); "
-                   "default: start a local Ray instance")
-    p.add_argument("--staging", help="with a remote --out: local folder where shards are written before upload "
-                   "(default: under $VLMDATA_STAGING or the temp dir, stable per OUT for --resume)")
-    p.add_argument("--fsync", action="store_true",
-                   help="flush each shard to disk before renaming it (durable across power loss; slower)")
+    p.add_argument(
+        "--max-size",
+        type=parse_size,
+        default="512MiB",
+        help="bytes per shard at most, tar headers and padding included (default 512MiB; 0 = no limit)",
+    )
+    p.add_argument(
+        "--max-pixels", type=positive_int, help="re-encode images above this many pixels (default: never re-encode)"
+    )
+    p.add_argument(
+        "--max-image-pixels",
+        type=positive_int,
+        default=178_956_970,
+        help="skip images above this many pixels as decompression bombs",
+    )
+    p.add_argument(
+        "--allow-outside-root",
+        action="store_true",
+        help="read image paths in records (JSON, HF path cells) that point outside the source root "
+        "(the image root / dataset folder); default: skip them as outside_root",
+    )
+    p.add_argument(
+        "--min-written-fraction",
+        type=_fraction,
+        default=DEFAULT_MIN_WRITTEN_FRACTION,
+        help="exit 1 when fewer than this fraction of the inputs were written (default 0.5; 0 = off; "
+        "writing nothing always exits 1)",
+    )
+    p.add_argument(
+        "--verify",
+        choices=("header", "full"),
+        default="header",
+        help="image check while building: header + end marker (fast), or full decode",
+    )
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        help="worker processes, or CPUs of the local Ray instance (default: auto: one process unless "
+        "the per-input work is heavy (--verify full, --max-pixels, remote source) and a core is free; "
+        "all cores for Ray)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="local",
+        help="where per-chunk and per-shard work runs: local processes or Ray tasks (same output)",
+    )
+    p.add_argument(
+        "--address",
+        help="with --engine ray: an existing Ray cluster ('auto', 'ray://head:10001'); "
+        "default: start a local Ray instance",
+    )
+    p.add_argument(
+        "--staging",
+        help="with a remote --out: local folder where shards are written before upload "
+        "(default: under $VLMDATA_STAGING or the temp dir, stable per OUT for --resume)",
+    )
+    p.add_argument(
+        "--fsync",
+        action="store_true",
+        help="flush each shard to disk before renaming it (durable across power loss; slower)",
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true", help="finish an interrupted build in OUT")
-    g.add_argument("--overwrite", action="store_true", help="replace the vlmdata dataset in OUT (never the source, "
-                   "never a folder that is not a dataset; only after the new source has been read)")
-    p.add_argument("--energon-target", choices=("vlmdata", "bridge"), default="vlmdata",
-                   help="class named in .nv-meta/dataset.yaml: vlmdata's (Bridge's own where installed) or Bridge's directly")
+    g.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the vlmdata dataset in OUT (never the source, "
+        "never a folder that is not a dataset; only after the new source has been read)",
+    )
+    p.add_argument(
+        "--energon-target",
+        choices=("vlmdata", "bridge"),
+        default="vlmdata",
+        help="class named in .nv-meta/dataset.yaml: vlmdata's (Bridge's own where installed) or Bridge's directly",
+    )
     p.add_argument("--json", action="store_true", help="print the manifest summary as JSON")
     return p
 
@@ -83,23 +141,46 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    opts = BuildOptions(prefix=args.prefix, max_count=args.max_count, max_size=args.max_size or None,
-                        max_pixels=args.max_pixels, max_image_pixels=args.max_image_pixels, verify=args.verify,
-                        format=args.format, image_root=args.image_root, prompt=args.prompt,
-                        image_column=args.image_column, text_column=args.text_column, workers=args.workers,
-                        fsync=args.fsync, allow_outside_root=args.allow_outside_root)
+    opts = BuildOptions(
+        prefix=args.prefix,
+        max_count=args.max_count,
+        max_size=args.max_size or None,
+        max_pixels=args.max_pixels,
+        max_image_pixels=args.max_image_pixels,
+        verify=args.verify,
+        format=args.format,
+        image_root=args.image_root,
+        prompt=args.prompt,
+        image_column=args.image_column,
+        text_column=args.text_column,
+        workers=args.workers,
+        fsync=args.fsync,
+        allow_outside_root=args.allow_outside_root,
+    )
     if args.address and args.engine != "ray":
         raise UserError("--address is for --engine ray")
     with progress("build", unit="inputs", quiet=args.quiet or args.json) as advance:  # errors: vlmdata.cli.main
-        m = build(args.source, args.out, opts, resume=args.resume, overwrite=args.overwrite, progress=advance,
-                  energon_target=args.energon_target, engine=args.engine, address=args.address,
-                  staging=args.staging)
+        m = build(
+            args.source,
+            args.out,
+            opts,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            progress=advance,
+            energon_target=args.energon_target,
+            engine=args.engine,
+            address=args.address,
+            staging=args.staging,
+        )
     acc = m["accounting"]
     for s in acc["skipped_samples"]:
         err.print(f"skipped {s['input']}: {s['reason']}: {s['detail']}", soft_wrap=True, markup=False)
     shown = storage.redact(args.out) if storage.is_url(args.out) else os.path.abspath(storage.local(args.out))
-    summary = {"out": shown, "totals": m["totals"],
-               "accounting": {k: v for k, v in acc.items() if k != "skipped_samples"}}
+    summary = {
+        "out": shown,
+        "totals": m["totals"],
+        "accounting": {k: v for k, v in acc.items() if k != "skipped_samples"},
+    }
     if args.json:
         print_json(summary)
     else:  # -q hides progress only, never this summary
@@ -121,8 +202,9 @@ def _run(args) -> int:
 def shortfall_message(short: dict) -> str:
     """The one-paragraph verdict for ``build_shortfall``: how much was written, why, and the likely fix."""
     pct = f"{100 * short['fraction']:.0f}%"
-    head = (f"error: wrote {short['written']} of {short['seen']} inputs ({pct})"
-            + ("" if short["written"] == 0 else f", below --min-written-fraction {short['bar']:g}"))
+    head = f"error: wrote {short['written']} of {short['seen']} inputs ({pct})" + (
+        "" if short["written"] == 0 else f", below --min-written-fraction {short['bar']:g}"
+    )
     reasons = "; ".join(f"{r['count']} {r['reason']} (e.g. {r['example']})" for r in short["top_reasons"])
     lines = [head + (f": {reasons}" if reasons else "")]
     for h in short["hints"]:

@@ -21,19 +21,31 @@ from vlmdata.profile.measure import ProfileOptions
 
 
 def add_parser(sub):
-    p = sub.add_parser("compare", help="KS distances and medians of two datasets or profiles, PASS/FAIL per metric",
-                       description=(
-        "Fidelity of B to A (A = reference, usually real data; B = candidate, usually synthetic). Each of A and B is\n"
-        "a profile.json or a dataset/source (profiled now, with the model and pixel limits of the other side when\n"
-        "that is a profile). Per metric: two-sample Kolmogorov-Smirnov distance and medians side by side, PASS/FAIL\n"
-        "against a threshold; decode time by the ratio of medians B/A. Exit 1 when a metric fails.\n"
-        "Default thresholds: " + ", ".join(f"{k} {v}" for k, v in DEFAULT_THRESHOLDS.items())
-        + ", decode_ms_per_image ratio 0.9,1.1."), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "compare",
+        help="KS distances and medians of two datasets or profiles, PASS/FAIL per metric",
+        description=(
+            "Fidelity of B to A (A = reference, usually real data; B = candidate, usually synthetic). Each of A and B is\n"
+            "a profile.json or a dataset/source (profiled now, with the model and pixel limits of the other side when\n"
+            "that is a profile). Per metric: two-sample Kolmogorov-Smirnov distance and medians side by side, PASS/FAIL\n"
+            "against a threshold; decode time by the ratio of medians B/A. Exit 1 when a metric fails.\n"
+            "Default thresholds: "
+            + ", ".join(f"{k} {v}" for k, v in DEFAULT_THRESHOLDS.items())
+            + ", decode_ms_per_image ratio 0.9,1.1."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("a", help="reference: profile.json or dataset folder")
     p.add_argument("b", help="candidate: profile.json or dataset folder")
-    p.add_argument("-t", "--threshold", action="append", default=[], metavar="METRIC=VALUE",
-                   help="override a KS threshold (e.g. bytes_per_image=0.2) or the decode ratio range "
-                        "(decode_ms_per_image=0.8,1.2); repeatable. Metrics: " + ", ".join(METRICS))
+    p.add_argument(
+        "-t",
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="METRIC=VALUE",
+        help="override a KS threshold (e.g. bytes_per_image=0.2) or the decode ratio range "
+        "(decode_ms_per_image=0.8,1.2); repeatable. Metrics: " + ", ".join(METRICS),
+    )
     p.add_argument("--model", help="model for profiling a dataset side (default: the other side's, else qwen3-vl)")
     p.add_argument("--tokenizer", help="tokenizer folder for profiling a dataset side")
     p.add_argument("--plot", help="write overlaid histograms of A and B to this PNG")
@@ -81,23 +93,43 @@ def run(args) -> int:
             t.add_column(c, justify="left" if c in ("metric", "result") else "right", no_wrap=True)
         for r in res["metrics"]:
             fmt = _num
-            th_txt = ("-" if r["threshold"] is None else
-                      f"{r['threshold'][0]:g}-{r['threshold'][1]:g}" if isinstance(r["threshold"], list)
-                      else f"<={r['threshold']:g}")
+            th_txt = (
+                "-"
+                if r["threshold"] is None
+                else f"{r['threshold'][0]:g}-{r['threshold'][1]:g}"
+                if isinstance(r["threshold"], list)
+                else f"<={r['threshold']:g}"
+            )
             colour = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow"}[r["status"]]
-            t.add_row(LABELS.get(r["metric"], r["metric"]), fmt(r["median_a"]), fmt(r["median_b"]), _f3(r["ratio"]), _f3(r["ks"]), th_txt,
-                      f"[{colour}]{r['status']}[/]" + (f" ({r['note']})" if r.get("note") else ""))
+            t.add_row(
+                LABELS.get(r["metric"], r["metric"]),
+                fmt(r["median_a"]),
+                fmt(r["median_b"]),
+                _f3(r["ratio"]),
+                _f3(r["ks"]),
+                th_txt,
+                f"[{colour}]{r['status']}[/]" + (f" ({r['note']})" if r.get("note") else ""),
+            )
         out.print(t)
         for w in res["warnings"]:
             err.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
-        out.print("[green]PASS[/]" if res["passed"] else "[bold red]FAIL[/]: "
-                  + ", ".join(r["metric"] for r in res["metrics"] if r["status"] == "FAIL"))
+        out.print(
+            "[green]PASS[/]"
+            if res["passed"]
+            else "[bold red]FAIL[/]: " + ", ".join(r["metric"] for r in res["metrics"] if r["status"] == "FAIL")
+        )
     return EXIT_OK if res["passed"] else EXIT_FAIL
 
 
-LABELS = {"pixels_per_image": "pixels/image", "aspect_ratio": "aspect W/H", "bytes_per_image": "bytes/image",
-          "visual_tokens_per_sample": "visual tok/sample", "text_tokens_per_sample": "text tok/sample",
-          "images_per_sample": "images/sample", "decode_ms_per_image": "decode ms/image"}
+LABELS = {
+    "pixels_per_image": "pixels/image",
+    "aspect_ratio": "aspect W/H",
+    "bytes_per_image": "bytes/image",
+    "visual_tokens_per_sample": "visual tok/sample",
+    "text_tokens_per_sample": "text tok/sample",
+    "images_per_sample": "images/sample",
+    "decode_ms_per_image": "decode ms/image",
+}
 
 
 def _f3(v) -> str:

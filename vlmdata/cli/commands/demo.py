@@ -11,13 +11,17 @@ from vlmdata.cli.console import EXIT_OK, out
 
 
 def add_parser(sub):
-    p = sub.add_parser("demo", help="build, validate and inspect a small real dataset from offline photos",
-                       description="Make a LLaVA-style source from the real photos shipped in scikit-image, matplotlib and\n"
-                       "scikit-learn, build shards from it, validate them and print the summary.",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "demo",
+        help="build, validate and inspect a small real dataset from offline photos",
+        description="Make a LLaVA-style source from the real photos shipped in scikit-image, matplotlib and\n"
+        "scikit-learn, build shards from it, validate them and print the summary.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("-o", "--out", help="dataset folder (default: a temporary folder)")
-    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
-                   help="build worker processes (default: all cores)")
+    p.add_argument(
+        "--workers", type=positive_int, default=os.cpu_count() or 1, help="build worker processes (default: all cores)"
+    )
     return p
 
 
@@ -33,8 +37,10 @@ def run(args) -> int:
         try:
             __import__(pkg)
         except ImportError:
-            raise UserError(f"vlmdata demo reads the photos shipped in scikit-image, scikit-learn and matplotlib: "
-                            f"pip install 'vlmdata[photos]' ({pkg} is missing)") from None
+            raise UserError(
+                f"vlmdata demo reads the photos shipped in scikit-image, scikit-learn and matplotlib: "
+                f"pip install 'vlmdata[photos]' ({pkg} is missing)"
+            ) from None
 
     with tempfile.TemporaryDirectory() as tmp:
         src = make_source(os.path.join(tmp, "source"))
@@ -43,8 +49,11 @@ def run(args) -> int:
         sub = parser.add_subparsers()
         for mod in (build_cmd, validate_cmd, inspect_cmd):
             mod.add_parser(sub).add_argument("-q", "--quiet", action="store_true")
-        steps = [(build_cmd, ["build", src, "-o", dest, "--overwrite", "--max-count", "16", "--workers", str(args.workers)]),
-                 (validate_cmd, ["validate", dest]), (inspect_cmd, ["inspect", dest])]
+        steps = [
+            (build_cmd, ["build", src, "-o", dest, "--overwrite", "--max-count", "16", "--workers", str(args.workers)]),
+            (validate_cmd, ["validate", dest]),
+            (inspect_cmd, ["inspect", dest]),
+        ]
         for mod, argv in steps:
             if not args.quiet:
                 out.rule(f"vlmdata {' '.join(a if a not in (src, dest) else os.path.basename(a) for a in argv)}")

@@ -12,9 +12,14 @@ from vlmdata.dataset.manifest import ManifestError
 
 
 def add_parser(sub):
-    p = sub.add_parser("inspect", help="summary table of a dataset", description=(
-        "Shards, samples, images, bytes, image size range, images per sample and the build's skip accounting.\n"
-        "Shards or samples that cannot be read are listed (exit 1); `vlmdata validate` is the full check."))
+    p = sub.add_parser(
+        "inspect",
+        help="summary table of a dataset",
+        description=(
+            "Shards, samples, images, bytes, image size range, images per sample and the build's skip accounting.\n"
+            "Shards or samples that cannot be read are listed (exit 1); `vlmdata validate` is the full check."
+        ),
+    )
     p.add_argument("dataset", help="dataset folder (with manifest.json)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     return p
@@ -43,7 +48,10 @@ def _run(args) -> int:
         t.add_row(k, str(s[k]))
     t.add_row("bytes", f"{human_bytes(s['bytes'])} (images {human_bytes(s['image_bytes'])})")
     if s["width_range"]:
-        t.add_row("image size", f"{s['width_range'][0]}-{s['width_range'][1]} x {s['height_range'][0]}-{s['height_range'][1]} px")
+        t.add_row(
+            "image size",
+            f"{s['width_range'][0]}-{s['width_range'][1]} x {s['height_range'][0]}-{s['height_range'][1]} px",
+        )
         t.add_row("pixels per image", f"{s['pixels_range'][0]:,} - {s['pixels_range'][1]:,}")
     t.add_row("images per sample", ", ".join(f"{k}: {v}" for k, v in s["images_per_sample"].items()))
     t.add_row("formats", ", ".join(f"{k}: {v}" for k, v in s["formats"].items()))
@@ -55,6 +63,8 @@ def _run(args) -> int:
     for sk in s["skipped_samples"][:20]:
         out.print(f"  {sk.get('input')}: {sk.get('reason')}: {sk.get('detail')}", markup=False, soft_wrap=True)
     if s["problems"]:
-        err.print(f"{len(s['problems'])} problem(s) reading the dataset: run `vlmdata validate` for the full check",
-                  markup=False)
+        err.print(
+            f"{len(s['problems'])} problem(s) reading the dataset: run `vlmdata validate` for the full check",
+            markup=False,
+        )
     return code

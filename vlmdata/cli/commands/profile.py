@@ -24,25 +24,49 @@ from vlmdata.sources import FORMATS
 
 
 def add_parser(sub):
-    p = sub.add_parser("profile", help="measure a dataset's workload shape into a profile.json", description=(
-        "Record a compact empirical joint distribution of a dataset (per-sample rows: images, prompt/answer text\n"
-        "tokens, visual tokens; per-image rows: size, format, bytes, JPEG quality/subsampling/progressive), summary\n"
-        "statistics and measured decode time per image. The input is a vlmdata dataset folder (or one .tar shard),\n"
-        "or directly an image folder / LLaVA or messages JSON (the readers of `vlmdata build`)."),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "profile",
+        help="measure a dataset's workload shape into a profile.json",
+        description=(
+            "Record a compact empirical joint distribution of a dataset (per-sample rows: images, prompt/answer text\n"
+            "tokens, visual tokens; per-image rows: size, format, bytes, JPEG quality/subsampling/progressive), summary\n"
+            "statistics and measured decode time per image. The input is a vlmdata dataset folder (or one .tar shard),\n"
+            "or directly an image folder / LLaVA or messages JSON (the readers of `vlmdata build`)."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("input", help="dataset folder (manifest.json), .tar shard, image folder or .json/.jsonl source")
     p.add_argument("-o", "--out", required=True, help="profile JSON to write")
     p.add_argument("--model", default="qwen3-vl", help=f"visual-token model: {', '.join(MODELS)} (default qwen3-vl)")
-    p.add_argument("--min-pixels", type=int, default=BRIDGE_MIN_PIXELS,
-                   help=f"processor min_pixels (default {BRIDGE_MIN_PIXELS}, Megatron Bridge's)")
-    p.add_argument("--max-pixels", type=int, default=BRIDGE_MAX_PIXELS,
-                   help=f"processor max_pixels (default {BRIDGE_MAX_PIXELS}, Megatron Bridge's)")
-    p.add_argument("--tokenizer", help="local Hugging Face tokenizer folder (default: the Qwen tokenizer shipped offline)")
-    p.add_argument("-n", "--max-rows", type=int, default=DEFAULT_CAP,
-                   help=f"sample rows stored at most, reservoir-sampled (default {DEFAULT_CAP})")
+    p.add_argument(
+        "--min-pixels",
+        type=int,
+        default=BRIDGE_MIN_PIXELS,
+        help=f"processor min_pixels (default {BRIDGE_MIN_PIXELS}, Megatron Bridge's)",
+    )
+    p.add_argument(
+        "--max-pixels",
+        type=int,
+        default=BRIDGE_MAX_PIXELS,
+        help=f"processor max_pixels (default {BRIDGE_MAX_PIXELS}, Megatron Bridge's)",
+    )
+    p.add_argument(
+        "--tokenizer", help="local Hugging Face tokenizer folder (default: the Qwen tokenizer shipped offline)"
+    )
+    p.add_argument(
+        "-n",
+        "--max-rows",
+        type=int,
+        default=DEFAULT_CAP,
+        help=f"sample rows stored at most, reservoir-sampled (default {DEFAULT_CAP})",
+    )
     p.add_argument("--seed", type=int, default=0, help="reservoir seed (default 0)")
-    p.add_argument("--decode-images", type=int, default=DEFAULT_DECODE_IMAGES,
-                   help=f"images to time a full decode of (default {DEFAULT_DECODE_IMAGES}; 0 = skip)")
+    p.add_argument(
+        "--decode-images",
+        type=int,
+        default=DEFAULT_DECODE_IMAGES,
+        help=f"images to time a full decode of (default {DEFAULT_DECODE_IMAGES}; 0 = skip)",
+    )
     p.add_argument("--decode-repeats", type=int, default=3, help="decodes per timed image, fastest kept (default 3)")
     p.add_argument("--format", choices=FORMATS, help="source format for non-shard inputs (default: detected)")
     p.add_argument("--image-root", help="folder that relative image paths in JSON sources are relative to")
@@ -74,12 +98,22 @@ def _run(args) -> int:
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if args.decode_images < 0:
         raise UserError(f"--decode-images must be >= 0, got {args.decode_images}")
-    opts = ProfileOptions(model=args.model, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
-                          tokenizer=args.tokenizer, cap=args.max_rows, seed=args.seed, decode_images=args.decode_images,
-                          decode_repeats=args.decode_repeats, format=args.format, image_root=args.image_root)
+    opts = ProfileOptions(
+        model=args.model,
+        min_pixels=args.min_pixels,
+        max_pixels=args.max_pixels,
+        tokenizer=args.tokenizer,
+        cap=args.max_rows,
+        seed=args.seed,
+        decode_images=args.decode_images,
+        decode_repeats=args.decode_repeats,
+        format=args.format,
+        image_root=args.image_root,
+    )
     try:
-        with progress("profile", total=known_samples(args.input), unit="samples",
-                      quiet=args.quiet or args.json) as advance:
+        with progress(
+            "profile", total=known_samples(args.input), unit="samples", quiet=args.quiet or args.json
+        ) as advance:
             prof = profile_dataset(args.input, opts, progress=advance)
         sha = write_profile(prof, args.out)
         if args.plot:
@@ -88,30 +122,58 @@ def _run(args) -> int:
             from vlmdata.storage import redact
 
             shown = redact(args.input)  # never a credential in a picture
-            plot_profiles([prof], args.plot, [os.path.basename(os.path.normpath(shown))],
-                          title=f"{shown} ({prof['model']['name']})")
+            plot_profiles(
+                [prof],
+                args.plot,
+                [os.path.basename(os.path.normpath(shown))],
+                title=f"{shown} ({prof['model']['name']})",
+            )
     except OSError as e:  # the plot file (a ProfileError is printed by vlmdata.cli.main)
         raise UserError(escape(f"{args.plot}: {e.strerror or e}")) from None
     s, d = prof["summary"], prof["decode"]
     if args.json:
-        print_json({"out": os.path.abspath(args.out), "sha256": sha, "summary": s,
-                    "decode": {k: v for k, v in d.items() if k != "ms"}, "rows": prof["rows"]["stored_samples"]})
+        print_json(
+            {
+                "out": os.path.abspath(args.out),
+                "sha256": sha,
+                "summary": s,
+                "decode": {k: v for k, v in d.items() if k != "ms"},
+                "rows": prof["rows"]["stored_samples"],
+            }
+        )
     else:  # -q hides progress only, never this summary
         t = Table(title=f"profile of {storage.redact(args.input)} -> {args.out}")
         for c in ("metric", "p10", "median", "p90", "mean"):
             t.add_column(c, justify="left" if c == "metric" else "right")
-        for key in ("images_per_sample", "pixels_per_image", "aspect_ratio", "bytes_per_image", "visual_tokens_per_image",
-                    "visual_tokens_per_sample", "prompt_tokens", "answer_tokens", "text_tokens_per_sample", "jpeg_quality"):
+        for key in (
+            "images_per_sample",
+            "pixels_per_image",
+            "aspect_ratio",
+            "bytes_per_image",
+            "visual_tokens_per_image",
+            "visual_tokens_per_sample",
+            "prompt_tokens",
+            "answer_tokens",
+            "text_tokens_per_sample",
+            "jpeg_quality",
+        ):
             st = s[key]
             if st.get("n"):
                 t.add_row(key, *(f"{st[k]:.4g}" for k in ("p10", "p50", "p90", "mean")))
         if d.get("images"):
-            t.add_row("decode ms per image", f"{d['p10_ms']:.3g}", f"{d['median_ms']:.3g}", f"{d['p90_ms']:.3g}",
-                      f"{d['mean_ms']:.3g}")
+            t.add_row(
+                "decode ms per image",
+                f"{d['p10_ms']:.3g}",
+                f"{d['median_ms']:.3g}",
+                f"{d['p90_ms']:.3g}",
+                f"{d['mean_ms']:.3g}",
+            )
         out.print(t)
-        out.print(f"{s['samples']} samples, {s['images']} images ({prof['rows']['stored_samples']} rows stored), "
-                  f"formats {counts(s['formats'])}, subsampling {counts(s['subsampling'])}, "
-                  f"skipped {counts(s['skipped'], '0')}; "
-                  f"{prof['model']['name']} min/max pixels {opts.min_pixels}/{opts.max_pixels}; "
-                  f"decoder {d.get('decoder', '-')}; {human_bytes(os.path.getsize(args.out))} written")
+        out.print(
+            f"{s['samples']} samples, {s['images']} images ({prof['rows']['stored_samples']} rows stored), "
+            f"formats {counts(s['formats'])}, subsampling {counts(s['subsampling'])}, "
+            f"skipped {counts(s['skipped'], '0')}; "
+            f"{prof['model']['name']} min/max pixels {opts.min_pixels}/{opts.max_pixels}; "
+            f"decoder {d.get('decoder', '-')}; {human_bytes(os.path.getsize(args.out))} written"
+        )
     return EXIT_OK

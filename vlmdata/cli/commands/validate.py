@@ -13,15 +13,22 @@ from vlmdata.dataset.validate import validate
 
 
 def add_parser(sub):
-    p = sub.add_parser("validate", help="re-read every shard and check it", description=(
-        "Re-read every shard: sha256, byte and sample counts and keys against manifest.json, every KEY.json against\n"
-        "the schema and the text rules, every image against the validity rule (header, size, aspect ratio, end\n"
-        "marker; by default at the level the dataset was built with, --decode to decode every pixel), and .nv-meta\n"
-        "(present, unedited sample loader, Energon opens it). A single .tar shard is checked on its own.\n"
-        "Exit 0 when clean, 1 with a list of (shard, key, problem); warnings never fail."),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dataset", help="dataset folder (with manifest.json), local or an fsspec URL (s3://bucket/prefix), "
-                   "or one .tar shard")
+    p = sub.add_parser(
+        "validate",
+        help="re-read every shard and check it",
+        description=(
+            "Re-read every shard: sha256, byte and sample counts and keys against manifest.json, every KEY.json against\n"
+            "the schema and the text rules, every image against the validity rule (header, size, aspect ratio, end\n"
+            "marker; by default at the level the dataset was built with, --decode to decode every pixel), and .nv-meta\n"
+            "(present, unedited sample loader, Energon opens it). A single .tar shard is checked on its own.\n"
+            "Exit 0 when clean, 1 with a list of (shard, key, problem); warnings never fail."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "dataset",
+        help="dataset folder (with manifest.json), local or an fsspec URL (s3://bucket/prefix), or one .tar shard",
+    )
     level = p.add_mutually_exclusive_group()
     level.add_argument("--decode", action="store_true", help="decode every image (default: the build's --verify level)")
     level.add_argument("--no-decode", action="store_true", help="check image headers only, do not decode pixels")
@@ -54,6 +61,8 @@ def _run(args) -> int:
             err.print(f"warning: {w}", markup=False, soft_wrap=True)
         status = "[green]OK[/]" if rep.ok else f"[red]{len(rep.problems)} problem(s)[/]"  # printed even with -q
         how = "images decoded" if rep.level == "full" else "image headers checked (--decode to decode every pixel)"
-        out.print(f"{status}: {rep.shards} shards, {rep.samples} samples, {rep.images} images; {how}"
-                  + (f"; {len(rep.warnings)} warning(s)" if rep.warnings else ""))
+        out.print(
+            f"{status}: {rep.shards} shards, {rep.samples} samples, {rep.images} images; {how}"
+            + (f"; {len(rep.warnings)} warning(s)" if rep.warnings else "")
+        )
     return EXIT_OK if rep.ok else EXIT_FAIL
