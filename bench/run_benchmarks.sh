@@ -34,6 +34,14 @@ $PY -m vlmdata bench synth "$TMP/ds" --samples 64 --rounds "$ROUNDS" -q | tee "$
 echo "== peers (write / read / read + decode)"
 $PEERS_PY bench/peers.py --samples "$SAMPLES" --rounds "$ROUNDS" --decode --json "$OUT/peers.json" | tee "$OUT/peers.md"
 
+echo "== --help start-up"
+$PY bench/help_time.py "$(dirname "$PY")/vlmdata" | tee "$OUT/help.md"
+
+echo "== loader on large photos: give LARGE=DATASET (a build of >= 2 MP JPEGs) to add it"
+if [ -n "${LARGE:-}" ]; then
+  $PEERS_PY -m vlmdata bench loader "$LARGE" --samples 32 --rounds "$ROUNDS" -q | tee "$OUT/loader_large.md"
+fi
+
 if [ "${SKIP_RSS:-0}" != 1 ]; then
   echo "== peak RSS at 1k, 10k, 100k samples"
   $PY bench/rss.py | tee "$OUT/rss.md"
