@@ -258,7 +258,7 @@ part_filter: vlmdata_loader.py:part_filter
 
 
 def test_contract_energon_recipe(stub, qwen3_processor, tmp_path):
-    """vlmdata's shard format + vlmdata/energon_loader.py + the dataset.yaml above, read by Energon
+    """vlmdata's shard format + vlmdata/dataset/nvmeta_loader.py + the dataset.yaml above, read by Energon
     with Bridge's ChatMLWebdataset and QwenVLTaskEncoder, gives exactly the batch Bridge's collate
     gives for the same conversation with PIL images decoded from the same bytes."""
     import numpy as np
