@@ -61,6 +61,25 @@ def _rope(head_dim: int) -> dict:
     }
 
 
+# Qwen3-VL-30B-A3B's vision tower, and its decoder's width (the presets choose depth and expert count)
+QWEN3_VL_30B_VISION = dict(
+    depth=27,
+    hidden_size=1152,
+    intermediate_size=4304,
+    num_heads=16,
+    num_position_embeddings=2304,
+    deepstack_visual_indexes=[8, 16, 24],
+)
+QWEN3_VL_30B_TEXT = dict(
+    hidden_size=2048,
+    intermediate_size=6144,
+    num_attention_heads=32,
+    num_key_value_heads=4,
+    head_dim=128,
+    num_experts_per_tok=8,
+    moe_intermediate_size=768,
+)
+
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         vision=dict(
@@ -106,46 +125,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         ),
     ),
     "h200": dict(  # vision = Qwen3-VL-30B-A3B's tower; decoder = its width, 12 layers, 32 experts
-        vision=dict(
-            depth=27,
-            hidden_size=1152,
-            intermediate_size=4304,
-            num_heads=16,
-            num_position_embeddings=2304,
-            deepstack_visual_indexes=[8, 16, 24],
-        ),
-        text=dict(
-            hidden_size=2048,
-            intermediate_size=6144,
-            num_hidden_layers=12,
-            num_attention_heads=32,
-            num_key_value_heads=4,
-            head_dim=128,
-            num_experts=32,
-            num_experts_per_tok=8,
-            moe_intermediate_size=768,
-        ),
+        vision=QWEN3_VL_30B_VISION,
+        text=dict(QWEN3_VL_30B_TEXT, num_hidden_layers=12, num_experts=32),
     ),
     "h200-large": dict(
-        vision=dict(
-            depth=27,
-            hidden_size=1152,
-            intermediate_size=4304,
-            num_heads=16,
-            num_position_embeddings=2304,
-            deepstack_visual_indexes=[8, 16, 24],
-        ),
-        text=dict(
-            hidden_size=2048,
-            intermediate_size=6144,
-            num_hidden_layers=24,
-            num_attention_heads=32,
-            num_key_value_heads=4,
-            head_dim=128,
-            num_experts=64,
-            num_experts_per_tok=8,
-            moe_intermediate_size=768,
-        ),
+        vision=QWEN3_VL_30B_VISION,
+        text=dict(QWEN3_VL_30B_TEXT, num_hidden_layers=24, num_experts=64),
         master_weights=False,
     ),  # bf16 weights and bf16 AdamW state: fp32 masters would not fit
 }
