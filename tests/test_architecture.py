@@ -183,6 +183,8 @@ def test_every_user_facing_error_derives_from_vlmdata_error():
     from vlmdata.loaders.pipeline import EmptyEpochError
     from vlmdata.profile.measure import ProfileError
     from vlmdata.sources.base import SourceError
+    from vlmdata.benchmarks.timing import BenchmarkError
+    from vlmdata.dataset.nvmeta_index import EnergonIndexError
     from vlmdata.storage import StorageError
 
     for cls in (
@@ -198,6 +200,8 @@ def test_every_user_facing_error_derives_from_vlmdata_error():
         ProfileError,
         SourceError,
         StorageError,
+        BenchmarkError,
+        EnergonIndexError,
     ):
         assert issubclass(cls, VlmdataError), cls
 

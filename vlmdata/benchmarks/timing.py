@@ -28,8 +28,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from vlmdata.errors import VlmdataError
 
-class BenchmarkError(Exception):
+
+class BenchmarkError(VlmdataError):
     """A contender failed, or the benchmark was asked for something it cannot do."""
 
 

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Iterator
 from importlib import metadata
 
 from vlmdata.dataset.tar import BLOCK, parse_header
+from vlmdata.errors import VlmdataError
 
 Layout = list[tuple[str, int]]  # (member name, data size) in tar order
 
@@ -81,7 +82,7 @@ _INDEXES = (
 )
 
 
-class EnergonIndexError(Exception):
+class EnergonIndexError(VlmdataError):
     """A shard's layout cannot be indexed (duplicate sample key, empty shard)."""
 
 
