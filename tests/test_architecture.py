@@ -174,17 +174,17 @@ def test_public_api_and_old_paths():
 def test_every_user_facing_error_derives_from_vlmdata_error():
     from vlmdata.audit.inputs import AuditError
     from vlmdata.audit.logs import LogError
+    from vlmdata.benchmarks.timing import BenchmarkError
     from vlmdata.build.builder import BuildError
     from vlmdata.build.engines import EngineError
     from vlmdata.cli.console import UserError
     from vlmdata.dataset.manifest import ManifestError
+    from vlmdata.dataset.nvmeta_index import EnergonIndexError
     from vlmdata.dataset.reader import BadSampleError
     from vlmdata.errors import OptionsError, VlmdataError
     from vlmdata.loaders.pipeline import EmptyEpochError
     from vlmdata.profile.measure import ProfileError
     from vlmdata.sources.base import SourceError
-    from vlmdata.benchmarks.timing import BenchmarkError
-    from vlmdata.dataset.nvmeta_index import EnergonIndexError
     from vlmdata.storage import StorageError
 
     for cls in (
