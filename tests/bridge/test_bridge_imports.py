@@ -299,7 +299,8 @@ def test_contract_energon_recipe(stub, qwen3_processor, tmp_path):
     )
     assert set(parts) == {"json", "0.jpg", "1.png"}  # 7.4.x returns the set of part names
     shutil.copyfile(
-        os.path.join(REPO, "vlmdata", "energon_loader.py"), os.path.join(root, ".nv-meta", "vlmdata_loader.py")
+        os.path.join(REPO, "vlmdata", "dataset", "nvmeta_loader.py"),
+        os.path.join(root, ".nv-meta", "vlmdata_loader.py"),
     )
     with open(os.path.join(root, ".nv-meta", "dataset.yaml"), "w") as f:
         f.write(ENERGON_DATASET_YAML)
