@@ -12,7 +12,8 @@ TINY images (a few 48-96 px JPEGs of the offline photos, the same bytes copied t
 * ``synth``: ``vlmdata synth --profile P -n N --variants 8 --max-count 1000`` (P profiled from the 1k build;
   ``--variants 8`` bounds the image cache);
 * ``loader``: one pass of ``make_loader(OUT, micro_batch_size=8, num_epochs=1, shuffle=True)`` over the
-  dataset built at that size, in one process (workers 0).
+  dataset built at that size, in one process (workers 0); ``--loader-images shapes`` runs it without
+  decoding (the index, the plan, tokenization and collation; not the pixels).
 
 Prints a markdown table (MiB, and each size over the smallest) with the load average at start and end.
 """
@@ -40,7 +41,7 @@ import sys, warnings
 warnings.filterwarnings("ignore")
 from vlmdata.loaders.api import make_loader
 n = 0
-for b in make_loader(sys.argv[1], micro_batch_size=8, num_epochs=1, shuffle=True, seq_length=1024):
+for b in make_loader(sys.argv[1], micro_batch_size=8, num_epochs=1, shuffle=True, seq_length=1024, images=sys.argv[2]):
     n += b["input_ids"].shape[0]
 print(n)
 """
@@ -104,6 +105,14 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000,100000", help="sample counts (default 1000,10000,100000)")
     ap.add_argument("--tmp", default=None, help="folder for inputs and outputs (default: the system temp)")
     ap.add_argument("--skip", default="", help="comma list of measurements to skip: build,synth,loader")
+    ap.add_argument(
+        "--loader-images",
+        default="decode",
+        choices=("decode", "shapes"),
+        help="the loader pass's images mode: decode (default) or shapes (no decode: what grows with the "
+        "number of samples without the per-image compute, which Bridge's min_pixels upscale of "
+        "tiny images makes slow)",
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     skip = set(filter(None, args.skip.split(",")))
@@ -148,7 +157,7 @@ def main() -> None:
                 )
                 print(f"synth {n}: {rows['synth'][n][0]:.0f} MiB, {rows['synth'][n][1]:.1f} s", flush=True)
             if "loader" not in skip:
-                rows["loader"][n] = peak([sys.executable, "-c", LOADER_PASS, out], env)
+                rows["loader"][n] = peak([sys.executable, "-c", LOADER_PASS, out, args.loader_images], env)
                 print(f"loader {n}: {rows['loader'][n][0]:.0f} MiB, {rows['loader'][n][1]:.1f} s", flush=True)
             subprocess.run(["rm", "-rf", src, os.path.join(tmp, f"syn{n}")], check=False)
     load1 = os.getloadavg()

@@ -103,7 +103,7 @@ def test_batch_buffer_bit_identical_to_joined_rows(model, resize, exact):
     reader = api.ShardReader(st.payload)
     n = 0
     for epoch_item in st.plan.stream(0, 0, 1, 0, 1)[:9]:
-        if epoch_item.error:
+        if st.plan.ref(epoch_item).error:
             continue
         sample = st._load(reader, epoch_item)
         new, old = st.processor(sample), eager(sample)

@@ -190,3 +190,32 @@ def test_mock_and_synthetic_sources_split_without_overlap(tok):
     for rank in range(2):
         seen += run(small(tok, "imagefree", rank=rank, world_size=2, epoch_samples=20, num_workers=0))
     assert len(seen) == 20 and len(set(seen)) == 20
+
+
+def test_shard_index_is_the_scan_compactly():
+    """The loader keeps every shard's references as a ShardIndex: the same SampleRefs (keys with escapes,
+    members, errors), a few dozen bytes a sample instead of an object each."""
+    import glob
+    import tracemalloc
+
+    from vlmdata.dataset.reader import SampleRef, ShardIndex
+
+    for i, path in enumerate(sorted(glob.glob(os.path.join(REPO, "sample_shards", "*.tar")))):
+        refs = scan_shard(path, i)
+        idx = ShardIndex(i, refs)
+        assert len(idx) == len(refs) and list(idx) == refs and idx[-1] == refs[-1] and idx[1:3] == refs[1:3]
+    odd = [
+        SampleRef(0, "a/\udcff\u00e9", {"json": (512, 10), "0.jpg": (1536, 99)}),
+        SampleRef(0, "b", {}, ("truncated_tar", "cut at 1024")),
+    ]
+    assert list(ShardIndex(0, odd)) == odd
+    with pytest.raises(IndexError):
+        ShardIndex(0, odd)[2]
+    many = [
+        SampleRef(0, f"s{j:09d}", {"json": (j * 4096, 300), "0.jpg": (j * 4096 + 1024, 90_000)}) for j in range(20_000)
+    ]
+    tracemalloc.start()
+    compact = ShardIndex(0, many)
+    size = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert size / len(many) < 120 and compact[12_345] == many[12_345]

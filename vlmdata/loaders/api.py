@@ -18,7 +18,15 @@ from typing import Any, Iterator
 
 import torch
 
-from vlmdata.dataset.reader import BadSampleError, SampleRef, ShardReader, parse_raw, record_skip, scan_shard
+from vlmdata.dataset.reader import (
+    BadSampleError,
+    SampleRef,
+    ShardIndex,
+    ShardReader,
+    parse_raw,
+    record_skip,
+    scan_shard,
+)
 from vlmdata.dataset.resolve import open_dataset
 from vlmdata.dataset.schema import Sample
 from vlmdata.errors import OptionsError
@@ -176,7 +184,7 @@ class _Stream(torch.utils.data.IterableDataset):
     def _load(self, reader, item) -> Sample:
         if self.kind == "source":
             return self.payload.get(item)
-        ref: SampleRef = item
+        ref: SampleRef = self.plan.ref(item)
         shard = self.payload[ref.shard]
         if ref.error is not None:
             raise BadSampleError(ref.error[1], shard=shard, key=ref.key, reason=ref.error[0])
@@ -207,8 +215,9 @@ class _Stream(torch.utils.data.IterableDataset):
                 sample = self._load(reader, item)
                 pending.append(self.processor(sample))
             except BadSampleError as e:
-                shard = e.shard or (self.payload[item.shard] if self.kind == "shards" else f"source[{item}]")
-                key = e.key or getattr(item, "key", str(item))
+                ref = self.plan.ref(item) if self.kind == "shards" else None
+                shard = e.shard or (self.payload[ref.shard] if ref is not None else f"source[{item}]")
+                key = e.key or (ref.key if ref is not None else str(item))
                 if self.on_error == "raise":
                     raise BadSampleError(f"shard {shard} key {key}: {e}", shard, key, e.reason) from e
                 skipped.append(record_skip(shard, key, e.reason, str(e)))
@@ -437,7 +446,7 @@ def make_loader(source: Any, options: LoaderOptions | None = None, *, tokenizer=
     if kind == "shards":
         plan = Plan(
             "shards",
-            refs_by_shard=[scan_shard(p, i) for i, p in enumerate(payload)],
+            refs_by_shard=[ShardIndex(i, scan_shard(p, i)) for i, p in enumerate(payload)],
             seed=o.seed,
             shuffle=o.shuffle,
             buffer=o.shuffle_buffer,

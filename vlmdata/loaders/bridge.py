@@ -60,8 +60,8 @@ class MapDataset:
         st = self._proto.stream
         self.kind, self.payload, self.processor = st.kind, st.payload, st.processor
         self.collate_fn = _BridgeCollate(st.collator)
-        self.refs = [r for rs in st.plan.refs_by_shard for r in rs] if self.kind == "shards" else None
-        self.n = len(self.refs) if self.refs is not None else st.plan.epoch_samples
+        self.plan = st.plan  # kind "shards": plan.ref(i) is sample i (compact index, no per-sample objects)
+        self.n = st.plan.epoch_samples
         self.length = max(length, self.n)
         self.seed = seed
         self.on_error = options.on_error
@@ -90,16 +90,13 @@ class MapDataset:
                     return self.processor(self.payload.get(epoch * self.n + idx))
                 if self._reader is None:
                     self._reader = ShardReader(self.payload)
-                assert self.refs is not None  # kind "shards"
-                ref = self.refs[idx]
+                ref = self.plan.ref(idx)
                 if ref.error is not None:
                     raise BadSampleError(ref.error[1], key=ref.key, reason=ref.error[0])
 
                 return self.processor(parse_raw(self._reader.read(ref), ref.key))
             except BadSampleError as e:
-                shard = (
-                    self.payload[self.refs[idx].shard] if self.refs is not None else f"source[{idx}]"
-                )  # kind "shards"
+                shard = self.payload[self.plan.ref(idx).shard] if self.kind == "shards" else f"source[{idx}]"
                 if self.on_error == "raise":
                     raise
                 self.skipped.append(record_skip(shard, e.key, e.reason, str(e)))

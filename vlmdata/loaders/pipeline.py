@@ -27,8 +27,10 @@ are, with ``on_error="skip"``, counted, logged with shard and key, and reported 
 
 from __future__ import annotations
 
+import bisect
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from vlmdata.dataset.reader import SampleRef
@@ -79,7 +81,7 @@ class Plan:
         self,
         kind: str,
         *,
-        refs_by_shard: list[list[SampleRef]] | None = None,
+        refs_by_shard: Sequence[Sequence[SampleRef]] | None = None,
         epoch_samples: int = 0,
         seed: int = 0,
         shuffle: bool = True,
@@ -87,18 +89,29 @@ class Plan:
     ):
         self.kind = kind  # "shards" | "source"
         self.refs_by_shard = refs_by_shard or []
-        self.epoch_samples = epoch_samples if kind == "source" else sum(len(r) for r in self.refs_by_shard)
+        self._starts = [0]  # global sample number of each shard's first sample
+        for refs in self.refs_by_shard:
+            self._starts.append(self._starts[-1] + len(refs))
+        self.epoch_samples = epoch_samples if kind == "source" else self._starts[-1]
         if kind == "shards" and self.epoch_samples == 0:
             raise EmptyEpochError("the shards hold no samples: nothing to load")
         self.seed, self.shuffle, self.buffer = seed, shuffle, buffer
 
-    def epoch_order(self, epoch: int) -> list:
+    def epoch_order(self, epoch: int) -> list[int]:
+        """The epoch's samples in order, as integers: source sample numbers, or (shards) global sample
+        numbers that ``ref`` turns into a ``SampleRef``. Integers, not references, so that the plan's
+        lists cost a few bytes a sample (the loader's memory stays flat with the dataset's size)."""
         if self.kind == "source":
             return list(range(epoch * self.epoch_samples, (epoch + 1) * self.epoch_samples))
         order = list(range(len(self.refs_by_shard)))
         if self.shuffle:
             random.Random(_seed(self.seed, "shards", epoch)).shuffle(order)
-        return [r for s in order for r in self.refs_by_shard[s]]
+        return [g for s in order for g in range(self._starts[s], self._starts[s + 1])]
+
+    def ref(self, g: int) -> SampleRef:
+        """The ``SampleRef`` of global sample number ``g`` (kind "shards")."""
+        s = bisect.bisect_right(self._starts, g) - 1
+        return self.refs_by_shard[s][g - self._starts[s]]
 
     def rank_size(self, rank: int, world: int) -> int:
         """Positions in a rank's sequence per epoch (the same every epoch)."""
