@@ -31,27 +31,7 @@ import sys
 import tempfile
 import time
 
-PLAIN_LOOP = r"""
-import json, os, sys
-import webdataset as wds
-jsonl, out, maxcount = sys.argv[1], sys.argv[2], int(sys.argv[3])
-os.makedirs(out, exist_ok=True)
-root = os.path.dirname(jsonl)
-with wds.ShardWriter(os.path.join(out, "shard-%06d.tar"), maxcount=maxcount, maxsize=512 * 1024 * 1024,
-                     verbose=0) as sink:
-    with open(jsonl) as f:
-        for i, line in enumerate(f):
-            rec = json.loads(line)
-            images = rec["image"] if isinstance(rec["image"], list) else [rec["image"]]
-            sample = {"__key__": f"s{i:09d}", "json": json.dumps(rec).encode()}
-            try:
-                for j, rel in enumerate(images):
-                    with open(os.path.join(root, rel), "rb") as im:
-                        sample[f"{j}.jpg"] = im.read()
-            except OSError:
-                continue
-            sink.write(sample)
-"""
+from vlmdata.benchmarks.build import PLAIN_SCRIPT  # the one hand-written baseline (also `vlmdata bench build`)
 
 
 def timed(cmd: list[str], env: dict) -> tuple[float, float]:
@@ -94,7 +74,7 @@ def run_vlmdata(src: str, out: str, args, env: dict) -> tuple[dict, int, int]:
 
 def run_plain(src: str, out: str, args, env: dict, workers: int) -> tuple[dict, int]:
     shutil.rmtree(out, ignore_errors=True)
-    w1, c1 = timed([sys.executable, "-c", PLAIN_LOOP, src, out, str(args.max_count)], env)
+    w1, c1 = timed([sys.executable, "-c", PLAIN_SCRIPT, src, out, str(args.max_count)], env)
     w2, c2 = timed(
         [
             energon_exe(),

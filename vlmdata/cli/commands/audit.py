@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from vlmdata.audit.logs import LogError, WorkloadMismatch, compare_logs, report_content
-from vlmdata.cli.args import cli_flags
+from vlmdata.cli.args import cli_flags, non_negative_int, positive_int
 from vlmdata.cli.console import EXIT_MISLEADING, EXIT_OK, UserError, err, out, print_json, progress, table
 from vlmdata.errors import OptionsError
 from vlmdata.loaders.options import LoaderOptions
@@ -76,26 +76,6 @@ def _fraction(text: str) -> float:
     return v
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return v
-
-
-def _non_negative(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
-
-
 def _seconds(text: str) -> float:
     try:
         v = float(text)
@@ -156,22 +136,24 @@ def add_parser(sub):
         help="reference model size (default tiny on CPU, h200 on CUDA)",
     )
     p.add_argument(
-        "--steps", type=_positive, help="measure exactly this many steps per source (sets --min-steps and --max-steps)"
+        "--steps",
+        type=positive_int,
+        help="measure exactly this many steps per source (sets --min-steps and --max-steps)",
     )
     p.add_argument(
         "--min-steps",
-        type=_positive,
+        type=positive_int,
         help="steps per source before stopping may be considered "
         "(default: one epoch of the real data, at most --max-steps)",
     )
-    p.add_argument("--max-steps", type=_positive, help="steps per source at most (default 60 CPU / 180 CUDA)")
+    p.add_argument("--max-steps", type=positive_int, help="steps per source at most (default 60 CPU / 180 CUDA)")
     p.add_argument(
         "--budget-s",
         type=_seconds,
         help="stop measuring after this many seconds once --min-steps are "
         "done, at a round's end (default 120 CPU / 150 CUDA)",
     )
-    p.add_argument("--block", type=_positive, help="consecutive steps of one source per round (default 3 / 5)")
+    p.add_argument("--block", type=positive_int, help="consecutive steps of one source per round (default 3 / 5)")
     p.add_argument(
         "--precision",
         type=_fraction,
@@ -181,12 +163,12 @@ def add_parser(sub):
     )
     p.add_argument(
         "--warmup",
-        type=_non_negative,
+        type=non_negative_int,
         help="extra untimed training steps per source after its loader starts (default 0: every shape "
         "is warmed anyway, and the measured steps then start at the epoch's start)",
     )
-    p.add_argument("--seq-length", type=_positive, help="loader seq_length (default 2048 CPU / 4096 CUDA)")
-    p.add_argument("--micro-batch-size", type=_positive, help="samples per step and rank (default 2)")
+    p.add_argument("--seq-length", type=positive_int, help="loader seq_length (default 2048 CPU / 4096 CUDA)")
+    p.add_argument("--micro-batch-size", type=positive_int, help="samples per step and rank (default 2)")
     p.add_argument(
         "--pad-to-max-length",
         action="store_true",
@@ -194,7 +176,7 @@ def add_parser(sub):
     )
     p.add_argument(
         "--num-workers",
-        type=_non_negative,
+        type=non_negative_int,
         help="loader DataLoader workers per source and rank (default 0 on CPU; on CUDA the rank's CPUs "
         "minus 2, split over the sources, 1-4)",
     )
@@ -223,7 +205,7 @@ def add_parser(sub):
         help="user workload: a callable taking a batch and running one training step",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the model, loaders, synthetic data and bootstrap")
-    p.add_argument("--threads", type=_positive, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's)")
     p.add_argument("-o", "--out", help="write report.json, report.md and report.html (and the synthetic twin) here")
     p.add_argument("--json", action="store_true", help="print the report (without per-step records) as JSON")
     p.add_argument(
@@ -263,13 +245,13 @@ def add_parser(sub):
     c.add_argument("--real", required=True, metavar="LOG", help="training log of the real-data run")
     c.add_argument(
         "--warmup",
-        type=_non_negative,
+        type=non_negative_int,
         metavar="ITERATIONS",
         help="iterations to exclude (default: the first logged interval and the first 10%%, relaxed for short runs)",
     )
     c.add_argument(
         "--seq-length",
-        type=_positive,
+        type=positive_int,
         help="tokens per sample when a log does not print seq_length (the log's value wins)",
     )
     c.add_argument(
