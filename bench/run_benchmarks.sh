@@ -5,7 +5,8 @@
 #
 # PY: the interpreter with vlmdata (default: python). PEERS_PY: one that also has torchvision, qwen-vl-utils,
 # mosaicml-streaming and litdata (default: $PY; missing peers are skipped with a note). SAMPLES (2000),
-# ROUNDS (5), SKIP_RSS=1 to leave out the 1k/10k/100k peak-RSS run (about 15 minutes on 2 cores).
+# ROUNDS (5), LARGE (240: samples of the large-photo set, 2.0-4.2 MP; 0 leaves it out), SKIP_RSS=1 to leave
+# out the 1k/10k/100k peak-RSS run (about 15 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench-results}
@@ -37,9 +38,12 @@ $PEERS_PY bench/peers.py --samples "$SAMPLES" --rounds "$ROUNDS" --decode --json
 echo "== --help start-up"
 $PY bench/help_time.py "$(dirname "$PY")/vlmdata" | tee "$OUT/help.md"
 
-echo "== loader on large photos: give LARGE=DATASET (a build of >= 2 MP JPEGs) to add it"
-if [ -n "${LARGE:-}" ]; then
-  $PEERS_PY -m vlmdata bench loader "$LARGE" --samples 32 --rounds "$ROUNDS" -q | tee "$OUT/loader_large.md"
+LARGE=${LARGE:-240}
+if [ "$LARGE" != 0 ]; then
+  echo "== loader on large photos ($LARGE samples of 2.0-4.2 MP JPEGs, one core)"
+  $PY -c "from vlmdata.benchmarks.build import make_photo_input; make_photo_input('$TMP/large', $LARGE, seed=2, large=True)"
+  $PY -m vlmdata build "$TMP/large/data.jsonl" -o "$TMP/ds_large" -q
+  $PEERS_PY -m vlmdata bench loader "$TMP/ds_large" --samples 32 --rounds "$ROUNDS" -q | tee "$OUT/loader_large.md"
 fi
 
 if [ "${SKIP_RSS:-0}" != 1 ]; then

@@ -405,3 +405,22 @@ def test_a_build_source_as_real_says_build_first(tmp_path, capsys):
     assert main(["audit", "--real", str(tmp_path), "--sources", "imagefree,real"]) == 2
     err = capsys.readouterr().err
     assert "it is an image folder, not vlmdata shards: run `vlmdata build" in err and len(err.strip().splitlines()) == 1
+
+
+def test_image_device_options_reach_decoding_loaders_only():
+    """--loader-arg image_device=... (and image_decoder) apply to the decoding loaders; the census
+    (images="shapes") and the image-free view (images="drop") open without them instead of failing."""
+    from vlmdata.audit.inputs import Input
+    from vlmdata.audit.runner import loader_options
+
+    cfg = AuditConfig(loader_options={"image_device": "cuda", "image_decoder": "pillow"})
+    real = Input("real", "shards", {}, False, "real")
+    imagefree = Input("imagefree", "shards", {"images": "drop"}, True, "imagefree")
+    o = loader_options(cfg, real, 1)
+    assert (o.images, o.image_device, o.image_decoder) == ("decode", "cuda", "pillow")
+    o = loader_options(cfg, real, 1, images="shapes")
+    assert (o.images, o.image_device, o.image_decoder) == ("shapes", None, "nvjpeg")
+    o = loader_options(cfg, imagefree, 1)
+    assert (o.images, o.image_device) == ("drop", None)
+    o = loader_options(cfg, imagefree, 1, images="shapes")
+    assert (o.images, o.image_device) == ("drop", None)

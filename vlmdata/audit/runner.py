@@ -141,24 +141,21 @@ def default_loader_factory() -> Callable:
 def loader_options(cfg: AuditConfig, inp: Input, workers: int, images: str | None = None) -> LoaderOptions:
     """The ``LoaderOptions`` one source is opened with: the audit's settings, then ``cfg.loader_options``
     (the user's), then the source's own (e.g. the image-free view's ``images="drop"``)."""
+    changes = {**cfg.loader_options, **inp.options}
+    if images is not None and changes.get("images", "decode") == "decode":  # "drop" stays "drop"
+        changes["images"] = images
+    if changes.get("images", "decode") != "decode":  # planning and image-free loaders decode nothing anywhere
+        changes.update(image_device=None, image_decoder="nvjpeg")
     try:
-        opts = (
-            LoaderOptions(
-                model=cfg.model_family,
-                seq_length=cfg.seq_length,
-                micro_batch_size=cfg.micro_batch_size,
-                seed=cfg.seed,
-                num_workers=workers,
-                num_epochs=None,
-                pin_memory=torch.device(cfg.device).type == "cuda" and workers > 0,
-            )
-            .replace(**cfg.loader_options)
-            .replace(**inp.options)
-        )
-        if images is not None and opts.images == "decode":  # "drop" stays "drop"
-            opts = opts.replace(images=images)
-        if opts.images != "decode":  # planning and image-free loaders decode nothing anywhere
-            opts = opts.replace(image_device=None)
+        opts = LoaderOptions(
+            model=cfg.model_family,
+            seq_length=cfg.seq_length,
+            micro_batch_size=cfg.micro_batch_size,
+            seed=cfg.seed,
+            num_workers=workers,
+            num_epochs=None,
+            pin_memory=torch.device(cfg.device).type == "cuda" and workers > 0,
+        ).replace(**changes)
     except OptionsError as e:
         raise AuditError(f"source {inp.name}: {e}") from None
     return opts

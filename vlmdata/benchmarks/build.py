@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vlmdata.benchmarks.timing import BenchmarkError, Contender, interleave, run_command
-from vlmdata.sources.photos import make_source
+from vlmdata.sources.photos import make_large_source, make_source
 
 # The hand-written baseline: imports webdataset only, so its start-up is a plain script's.
 PLAIN_SCRIPT = r"""
@@ -87,11 +87,14 @@ class BuildBenchOptions:
             raise BenchmarkError(f"warmup and photos must be >= 0, got {self.warmup} and {self.photos}")
 
 
-def make_photo_input(folder: str, samples: int, seed: int = 0) -> str:
+def make_photo_input(folder: str, samples: int, seed: int = 0, large: bool = False) -> str:
     """A LLaVA JSONL over ``samples`` COCO-like JPEGs (10% multi-image) in ``folder``; the bad records
-    that ``vlmdata.sources.photos`` adds on purpose are dropped so both sides write the same samples."""
+    that ``vlmdata.sources.photos`` adds on purpose are dropped so both sides write the same samples.
+    ``large``: the large set instead (2.0-4.2 MP photos, one per sample; ``photos.make_large_source``)."""
     if samples < 1:
         raise BenchmarkError(f"samples must be >= 1, got {samples}")
+    if large:
+        return make_large_source(folder, samples, seed)
     n_multi = samples // 10
     jsonl = make_source(folder, n_single=samples - n_multi, n_multi=n_multi, seed=seed)
     with open(jsonl) as f:

@@ -15,6 +15,10 @@ samples per CPU-second, and ratios are per round against the fastest baseline (b
   Megatron Bridge imports);
 * ``vlmdata`` / ``vlmdata-exact``: ``make_loader`` (fast image path / bit-exact Pillow path), each a
   persistent endless iterator, as in training: a round pulls the next ``samples`` samples;
+* ``vlmdata-host-pillow`` / ``vlmdata-host-nvjpeg``: the host's share of ``make_loader(image_device=...)``
+  with ``image_decoder`` "pillow" (the workers decode, the device resizes, normalises and patchifies) or
+  "nvjpeg" (the device decodes too): the batches stop before ``finish_batch``, whose device time
+  ``bench/gpu_decode.py`` measures on a GPU; a training host runs exactly this much per sample;
 * ``jpeg-decode``: decoding the same samples' images to pixels and nothing else (the decode-bound limit);
 * ``vlmdata-wN`` (``workers``): a fresh loader with N DataLoader workers per round (worker start-up
   included; their CPU is counted when they exit).
@@ -328,7 +332,7 @@ def bench_loader(
         else:
             notes.append(f"energon-bridge not run: {dataset} has no .nv-meta (build it with vlmdata build)")
 
-    def loader(exact: bool, nw: int = 0):
+    def loader(exact: bool, nw: int = 0, **device):
         return make_loader(
             dataset,
             model=model,
@@ -339,7 +343,13 @@ def bench_loader(
             exact_images=exact,
             num_epochs=None,
             shuffle=False,
+            **device,
         )
+
+    def host_share(decoder: str):
+        ld = loader(False, image_device="cuda", image_decoder=decoder)
+        ld.image_device = None  # stop before finish_batch: the device's share is timed on a GPU
+        return iter(ld)
 
     def rows_in(b: dict) -> int:
         return int(b["input_ids"].shape[0])
@@ -355,6 +365,12 @@ def bench_loader(
         "make_loader, bit-exact Pillow image path, persistent iterator",
         lambda: _pull(exact_it, n, rows_in),
     )
+    for decoder in ("pillow", "nvjpeg"):
+        add(
+            f"vlmdata-host-{decoder}",
+            f"make_loader(image_device=..., image_decoder={decoder!r}): the host's share, batches before finish_batch",
+            lambda it=host_share(decoder): _pull(it, n, rows_in),
+        )
     dec_chunks = _chunks(everything, n)
 
     def decode_only() -> None:
@@ -391,6 +407,7 @@ def bench_loader(
     vs_decode = {
         "vlmdata": spread(result.ratios("vlmdata", "jpeg-decode")),
         "vlmdata-exact": spread(result.ratios("vlmdata-exact", "jpeg-decode")),
+        "vlmdata-host-pillow": spread(result.ratios("vlmdata-host-pillow", "jpeg-decode")),
     }
     return {
         "benchmark": "loader",

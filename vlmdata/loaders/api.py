@@ -102,12 +102,14 @@ class SampleProcessor:
         resize: str = "bridge",
         exact_images: bool = False,
         images: str = "decode",
+        image_decoder: str = "nvjpeg",
     ):
         if images not in PROCESSOR_MODES:
             raise ValueError(f"images must be one of {IMAGE_MODES}, got {images!r}")
         self.chat, self.spec = chat, get_spec(model)
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.resize, self.exact_images, self.images = resize, exact_images, images
+        self.image_decoder = image_decoder  # with images="device": who decodes a JPEG (device_images)
 
     def __call__(self, sample: Sample) -> Processed:
         pvs, grids, deferred = [], [], []
@@ -120,7 +122,9 @@ class SampleProcessor:
                     if self.images == "shapes":
                         pv, g = preprocess_shape(img, self.spec, self.min_pixels, self.max_pixels, self.resize)
                     elif self.images == "device":
-                        pv, g, item = defer_image(img, self.spec, self.min_pixels, self.max_pixels, self.resize)
+                        pv, g, item = defer_image(
+                            img, self.spec, self.min_pixels, self.max_pixels, self.resize, self.image_decoder
+                        )
                         deferred.append(item)
                     else:  # patchified later, straight into the batch buffer (pixel_rows)
                         pv, g = preprocess_rows(
@@ -474,6 +478,7 @@ def make_loader(source: Any, options: LoaderOptions | None = None, *, tokenizer=
         o.resize,
         o.exact_images,
         "device" if o.image_device is not None else o.images,
+        o.image_decoder,
     )
     stream = _Stream(
         kind,

@@ -1,19 +1,31 @@
-"""Images decoded and preprocessed on the training device (``make_loader(..., image_device="cuda")``).
+"""Images finished on the training device (``make_loader(..., image_device="cuda")``).
 
-With an ``image_device`` the loader's workers do not decode: they read each sample, plan its grid from
-the image header (the same ``vision.target_size`` the CPU path uses, so grids and token ids are
-identical) and pass the encoded JPEG bytes along (other formats are decoded to uint8 RGB in the worker).
-In the training process, ``finish_batch`` then turns a batch's images into ``pixel_values`` on the
-device in one go:
+The expansion of an image into Qwen-VL pixel rows (24 bytes of float32 per output pixel: 3 channels,
+two temporal copies) costs a CPU more than decoding it; on the device it costs microseconds. With an
+``image_device`` the loader's workers plan each sample's grid from the image header (the same
+``vision.target_size`` the CPU path uses, so grids and token ids are identical) and hand the image on
+compact: ``image_decoder`` says who decodes a JPEG:
 
-1. every JPEG of the batch in one batched nvJPEG call (``torchvision.io.decode_jpeg(list, device="cuda")``);
+- ``"nvjpeg"`` (default): nobody on the host; the encoded bytes travel and the device decodes them;
+- ``"pillow"``: the worker decodes it with Pillow (at reduced DCT scale when the target is at most half
+  the source, as the CPU fast path) and hands over uint8 RGB (3 bytes per decoded pixel, 8x less than
+  the pixel rows it becomes). For when the device has no nvJPEG, or its time is dearer than the host's.
+
+Other formats (PNG, WebP, in-memory images) are always decoded in the worker. In the training process,
+``finish_batch`` then turns a batch's images into ``pixel_values`` on the device in one go:
+
+1. every JPEG of the batch still encoded, in one batched nvJPEG call
+   (``torchvision.io.decode_jpeg(list, device="cuda")``); decoded pixels are copied over as they are;
 2. per image a bicubic antialiased resize straight to the planned size (float, rounded and clamped to
    uint8 levels), like the CPU fast path's single resize (so within ``image.draft_tolerance`` of Bridge's
-   double resize, not bit-identical);
+   double resize, not bit-identical); a drafted image is mapped with its exact scale, as on the CPU;
 3. normalise with the model's mean/std and patchify into the HF Qwen2-VL layout (rows (gh/m, gw/m, m, m),
    each (C, T, p, p), the frame repeated over T), concatenated over the batch's images.
 
-The decode runs on the device's current stream inside ``next(loader)``, so in the audit it is counted as
+Each deferred item is ``(kind, payload, (th, tw), scale)``: kind "jpeg" (payload: the bytes) or "rgb"
+(payload: a uint8 (H, W, 3) tensor); ``scale`` (sy, sx) for a drafted image, else None.
+
+The device work runs on its current stream inside ``next(loader)``, so in the audit it is counted as
 data wait (the device does that work instead of the host). ``decoder`` is injectable for tests (a CPU
 decoder gives the same pipeline without CUDA).
 """
@@ -21,6 +33,7 @@ decoder gives the same pipeline without CUDA).
 from __future__ import annotations
 
 import io
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -29,15 +42,21 @@ import torch.nn.functional as F
 from PIL import Image
 
 from vlmdata.loaders.collate import (
-    DEFERRED_KEY,  # batch key: [(kind, payload, (th, tw))] in image order; finish_batch removes it
+    DEFERRED_KEY,  # batch key: [(kind, payload, (th, tw), scale)] in image order; finish_batch removes it
 )
+from vlmdata.loaders.options import IMAGE_DECODERS  # who decodes a JPEG: the device, or the loader's worker
 from vlmdata.qwen.image import decode_jpeg_gpu
 from vlmdata.qwen.spec import QwenSpec, get_spec
 from vlmdata.qwen.vision import target_size
 
 
-def defer_image(data, spec: QwenSpec, min_pixels: int, max_pixels: int, resize: str = "bridge"):
-    """(placeholder pixel rows, grid, deferred item) for one image: no decode of a JPEG."""
+def defer_image(
+    data, spec: QwenSpec, min_pixels: int, max_pixels: int, resize: str = "bridge", decoder: str = "nvjpeg"
+):
+    """(placeholder pixel rows, grid, deferred item) for one image. ``decoder`` "nvjpeg": a JPEG is not
+    decoded here; "pillow": it is, at reduced DCT scale where the target allows (see the module doc)."""
+    if decoder not in IMAGE_DECODERS:
+        raise ValueError(f"decoder must be one of {IMAGE_DECODERS}, got {decoder!r}")
     if isinstance(data, Image.Image):
         img, fmt = data, None
     else:
@@ -45,12 +64,20 @@ def defer_image(data, spec: QwenSpec, min_pixels: int, max_pixels: int, resize: 
         fmt = img.format
     w, h = img.size
     th, tw = target_size(h, w, spec, min_pixels, max_pixels, resize)
-    if fmt == "JPEG" and img.mode in ("RGB", "L", "CMYK", "YCbCr"):
+    if decoder == "nvjpeg" and fmt == "JPEG" and img.mode in ("RGB", "L", "CMYK", "YCbCr"):
         assert not isinstance(data, Image.Image)  # fmt is None for an in-memory image
-        item = ("jpeg", bytes(data), (th, tw))
-    else:  # PNG, WebP, in-memory images...: RGB pixels from the worker, resized on the device
+        item = ("jpeg", bytes(data), (th, tw), None)
+    else:  # decoded here (PNG, WebP, in-memory images, or any image with decoder="pillow"); resized there
+        scale = None
+        if fmt == "JPEG":
+            res = img.draft("RGB", (tw, th))  # DCT-domain downscale only when the target is <= half the source
+            if res is not None and img.size != (w, h):
+                box = res[1]  # the source region in the reduced image: map it exactly, as the CPU path
+                scale = (th / box[3], tw / box[2])
         rgb = img.convert("RGB") if img.mode != "RGB" else img
-        item = ("rgb", np.asarray(rgb), (th, tw))
+        with warnings.catch_warnings():  # Pillow's array is read-only; only the device copy reads it
+            warnings.simplefilter("ignore", UserWarning)
+            item = ("rgb", torch.from_numpy(np.asarray(rgb)), (th, tw), scale)
     gh, gw = th // spec.patch_size, tw // spec.patch_size
     return np.broadcast_to(np.float32(0), (gh * gw, spec.patch_dim)), (1, gh, gw), item
 
@@ -87,10 +114,17 @@ def patchify_torch(x: torch.Tensor, spec: QwenSpec) -> torch.Tensor:
     return v.reshape(gh * gw, 3 * t * p * p)
 
 
-def resize_torch(img: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """uint8 (3, H, W) -> float (3, th, tw) at uint8 levels: bicubic antialiased, rounded, clamped."""
+def resize_torch(img: torch.Tensor, size: tuple[int, int], scale: tuple[float, float] | None = None) -> torch.Tensor:
+    """uint8 (3, H, W) -> float (3, th, tw) at uint8 levels: bicubic antialiased, rounded, clamped.
+    ``scale`` (sy, sx): map source to target with this factor (a drafted image, whose reduced size
+    covers slightly more than the source region) and keep the top-left (th, tw)."""
     x = img.unsqueeze(0).float()
-    if tuple(img.shape[1:]) != tuple(size):
+    if scale is not None:
+        x = F.interpolate(
+            x, scale_factor=scale, mode="bicubic", antialias=True, align_corners=False, recompute_scale_factor=False
+        )
+        x = x[:, :, : size[0], : size[1]]
+    elif tuple(img.shape[1:]) != tuple(size):
         x = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False)
     return x.round_().clamp_(0, 255)[0]
 
@@ -105,16 +139,16 @@ def finish_batch(
         return batch
     spec = get_spec(model)
     decoder = decoder or nvjpeg_decoder(device)
-    jpegs = [payload for kind, payload, _ in items if kind == "jpeg"]
+    jpegs = [payload for kind, payload, _, _ in items if kind == "jpeg"]
     decoded = iter(decoder(jpegs) if jpegs else [])
     rows = []
-    for kind, payload, size in items:
+    for kind, payload, size, scale in items:
         if kind == "jpeg":
             img = next(decoded)
-        else:  # DataLoader workers hand numpy arrays over as tensors
+        else:  # DataLoader workers hand numpy arrays over as tensors (pinned with pin_memory=True)
             rgb = payload if isinstance(payload, torch.Tensor) else torch.from_numpy(payload)
-            img = rgb.permute(2, 0, 1).to(device)
-        rows.append(patchify_torch(resize_torch(img, size), spec))
+            img = rgb.permute(2, 0, 1).to(device, non_blocking=True)
+        rows.append(patchify_torch(resize_torch(img, size, scale), spec))
     vis = batch["visual_inputs"]
     pv = torch.cat(rows) if len(rows) > 1 else rows[0]
     if tuple(pv.shape) != tuple(vis.pixel_values.shape):

@@ -21,6 +21,7 @@ from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, SPECS
 IMAGE_MODES = ("decode", "shapes", "drop")
 RESIZE_MODES = ("bridge", "hf")
 ON_ERROR = ("skip", "raise")
+IMAGE_DECODERS = ("nvjpeg", "pillow")  # with image_device: who decodes a JPEG (loaders.device_images)
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,10 @@ class LoaderOptions:
     bridge_visual_inputs: batches carry Bridge's ``GenericVisualInputs`` (where Bridge is importable).
     images: "decode", "shapes" (no decode: exact shapes and token ids, zero pixels; for planning and warm-up)
         or "drop" (the image-free view of the source).
-    image_device: e.g. "cuda": decode (nvJPEG, batched) and preprocess on that device in the training
-        process (``vlmdata.loaders.device_images``; needs torchvision); only with images="decode".
+    image_device: e.g. "cuda": resize, normalise and patchify on that device in the training process
+        (``vlmdata.loaders.device_images``); only with images="decode".
+    image_decoder: with ``image_device``, who decodes a JPEG: "nvjpeg" (the device, batched; needs
+        torchvision) or "pillow" (the loader's workers; they hand over uint8 RGB).
     """
 
     model: str = "qwen3-vl"
@@ -76,6 +79,7 @@ class LoaderOptions:
     prefetch_factor: int = 2
     images: str = "decode"
     image_device: str | None = None
+    image_decoder: str = "nvjpeg"
 
     def __post_init__(self) -> None:
         _choice("model", self.model, tuple(SPECS))
@@ -84,6 +88,9 @@ class LoaderOptions:
         _choice("images", self.images, IMAGE_MODES)
         if self.image_device is not None and self.images != "decode":
             raise OptionsError(f"`image_device` works with `images`='decode' only, got images={self.images!r}")
+        _choice("image_decoder", self.image_decoder, IMAGE_DECODERS)
+        if self.image_decoder != "nvjpeg" and self.image_device is None:
+            raise OptionsError(f"`image_decoder`={self.image_decoder!r} needs an `image_device` (e.g. 'cuda')")
         for name in (
             "micro_batch_size",
             "pad_to_multiple_of",

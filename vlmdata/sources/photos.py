@@ -244,3 +244,42 @@ def make_source(folder: str, n_single: int = 72, n_multi: int = 16, seed: int = 
         for r in records:
             f.write(json.dumps(r) + "\n")
     return path
+
+
+def make_large_source(folder: str, n: int = 240, seed: int = 2) -> str:
+    """A LLaVA JSONL over ``n`` large photos (the loader benchmark's large set): crops of the offline photos
+    upscaled with LANCZOS to 2.0-4.2 MP (aspect 0.6-1.8), JPEG quality 85-95, one image per sample."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(os.path.join(folder, "images"), exist_ok=True)
+    photos = {k: Image.open(package_file(p, r)).convert("RGB") for k, (p, r, _) in PHOTOS.items()}
+    names = sorted(photos)
+    records = []
+    for i in range(n):
+        name = names[i % len(names)]
+        img = photos[name]
+        w, h = img.size
+        aspect = float(np.exp(rng.uniform(np.log(0.6), np.log(1.8))))
+        mp = rng.uniform(2.0e6, 4.2e6)
+        tw = int(np.sqrt(mp * aspect))
+        th = int(tw / aspect)
+        cw = min(w, int(np.sqrt(w * h * rng.uniform(0.6, 1.0) * aspect)))
+        ch = min(h, int(cw / aspect))
+        x, y = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+        big = img.crop((x, y, x + cw, y + ch)).resize((tw, th), Image.Resampling.LANCZOS)
+        rel = f"images/{name}_{i:04d}.jpg"
+        big.save(os.path.join(folder, rel), "JPEG", quality=int(rng.integers(85, 96)))
+        caption = PHOTOS[name][2][int(rng.integers(3))]
+        records.append(
+            {
+                "id": f"large-{i:04d}",
+                "image": rel,
+                "conversations": [
+                    {"from": "human", "value": "<image>\nDescribe this image."},
+                    {"from": "gpt", "value": caption},
+                ],
+            }
+        )
+    path = os.path.join(folder, "data.jsonl")
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    return path

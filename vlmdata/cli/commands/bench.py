@@ -159,11 +159,11 @@ def run(args) -> int:
         title = f"bench synth: {res['samples']} samples a round of {args.target}, {res['model']}, one core"
     out.print(markdown_table(res["timing"], unit=unit, title=title), markup=False, soft_wrap=True)
     if args.what == "loader":
-        d = res["vlmdata_vs_decode"]["vlmdata"]
-        out.print(
-            f"vlmdata at {d['median']:.0%} ({d['min']:.0%}-{d['max']:.0%}) of the jpeg-decode rate per CPU-s",
-            markup=False,
-        )
+        for name, d in res["vlmdata_vs_decode"].items():
+            out.print(
+                f"{name} at {d['median']:.0%} ({d['min']:.0%}-{d['max']:.0%}) of the jpeg-decode rate per CPU-s",
+                markup=False,
+            )
     for n in res.get("notes", []):
         out.print(f"note: {n}", markup=False, soft_wrap=True)
     return EXIT_OK
