@@ -27,7 +27,7 @@ echo "== bench build (whole commands, 1 process a side)"
 $PY -m vlmdata bench build "$TMP/src/data.jsonl" --rounds "$ROUNDS" --workers 1 -q | tee "$OUT/build.md"
 
 echo "== bench loader (one core)"
-$PEERS_PY -m vlmdata bench loader "$TMP/ds" --samples 64 --rounds "$ROUNDS" -q | tee "$OUT/loader.md"
+$PEERS_PY -m vlmdata bench loader "$TMP/ds" --samples 192 --rounds "$ROUNDS" -q | tee "$OUT/loader.md"
 
 echo "== bench synth (one core)"
 $PY -m vlmdata bench synth "$TMP/ds" --samples 64 --rounds "$ROUNDS" -q | tee "$OUT/synth.md"
@@ -43,7 +43,7 @@ if [ "$LARGE" != 0 ]; then
   echo "== loader on large photos ($LARGE samples of 2.0-4.2 MP JPEGs, one core)"
   $PY -c "from vlmdata.benchmarks.build import make_photo_input; make_photo_input('$TMP/large', $LARGE, seed=2, large=True)"
   $PY -m vlmdata build "$TMP/large/data.jsonl" -o "$TMP/ds_large" -q
-  $PEERS_PY -m vlmdata bench loader "$TMP/ds_large" --samples 32 --rounds "$ROUNDS" -q | tee "$OUT/loader_large.md"
+  $PEERS_PY -m vlmdata bench loader "$TMP/ds_large" --samples 64 --rounds "$ROUNDS" -q | tee "$OUT/loader_large.md"
 fi
 
 if [ "${SKIP_RSS:-0}" != 1 ]; then
