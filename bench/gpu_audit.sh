@@ -10,16 +10,9 @@
 set -uo pipefail
 OUTDIR=$1; MAX_STEPS=$2; shift 2
 mkdir -p "$OUTDIR" /tmp/runs
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site:$PWD || exit 1
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. bench/gpu_env.sh
 export VLMDATA_PROGRESS_INTERVAL=60
 NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1
 python3 -c "import torch, transformers, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'transformers', transformers.__version__, 'gpus', torch.cuda.device_count())"
 echo "cpus $(nproc); $(uptime)"
 if [ "${SMOKE:-0}" = 1 ]; then

@@ -8,11 +8,7 @@
 set -uo pipefail
 OUTDIR=$1
 mkdir -p "$OUTDIR" /tmp/ev
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site:$PWD || exit 1
-fi
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. bench/gpu_env.sh
 export VLMDATA_PROGRESS_INTERVAL=60
 SWEEP=(--device cuda --sources imagefree,bridge-noise,real --sweep micro_batch_size=1,2,4,8
        --sweep recompute=none,selective --max-steps 10 --num-workers 2 --threads 8 --memory-limit-gb 80)

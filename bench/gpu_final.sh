@@ -1,6 +1,6 @@
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLMDATA_PROGRESS_INTERVAL=60
+. bench/gpu_env.sh
+export VLMDATA_PROGRESS_INTERVAL=60
 mkdir -p /tmp/ev
 CUDA_VISIBLE_DEVICES=0 timeout 110 python3 -m vlmdata audit --device cuda --num-workers 3 --threads 8 --max-steps 45 --loader-arg image_device=cuda -o /tmp/ev/nvjpeg -q > /tmp/ev/nvjpeg.log 2>&1; echo "nvjpeg exit $? at $SECONDS"
 for o in fwd rev; do

@@ -11,14 +11,7 @@
 set -uo pipefail
 OUTDIR=$1; ROUNDS=${2:-2}
 mkdir -p "$OUTDIR" /tmp/hd
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site:$PWD || exit 1
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1
+. bench/gpu_env.sh
 python3 -c "import torch, torchvision, transformers, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'torchvision', torchvision.__version__, 'transformers', transformers.__version__)"
 echo "cpus $(nproc); $(uptime)"
 python3 bench/gpu_decode.py --rounds 5 --large 120 2>&1 | tee "$OUTDIR/gpu_decode.txt"
