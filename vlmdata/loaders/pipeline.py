@@ -172,10 +172,45 @@ class Consumed:
 
     def plus(self, n: int, num_workers: int, counts: list[int], epoch: int = 0) -> "Consumed":
         """This state after worker ``w`` (of ``num_workers`` started from it, in ``epoch``) consumed
-        ``counts[w]`` positions."""
-        rem = self.remaining(n)
-        new = [p for w, c in enumerate(counts) for p in rem[worker_slice(w, epoch, num_workers) :: num_workers][:c]]
-        return self.plus_positions(new) if new else self
+        ``counts[w]`` positions: the first ``counts[w]`` of ``remaining(n)[worker_slice(w) :: num_workers]``.
+
+        The loader calls this for every batch, so it never lists the remaining positions (that cost O(n) a
+        batch: 41 ms at a million samples per rank). In index space (``i`` = the i-th remaining position)
+        worker ``w`` consumed ``s_w, s_w + W, ...``; every index below the first one some worker has not
+        reached (``m``) is consumed, the few above it are extras, and indices map to positions by a merge
+        with the sorted ``extra``: O(workers + extra + indices above m)."""
+        if not any(counts):
+            return self
+        step = max(1, num_workers)
+        left = n - self.prefix - sum(1 for e in self.extra if e < n)  # len(remaining(n))
+        firsts = {r: r for r in range(step)}  # per residue, the first index not consumed
+        for w, c in enumerate(counts):
+            s = worker_slice(w, epoch, num_workers)
+            firsts[s] = s + c * step
+        m = min(min(firsts.values()), left)
+        above: list[int] = []  # consumed indices >= m: worker w's s + k * step for k0 <= k < counts[w]
+        for w, c in enumerate(counts):
+            s = worker_slice(w, epoch, num_workers)
+            k0 = max(0, -(-(m - s) // step))
+            above.extend(range(s + k0 * step, min(s + c * step, left), step))
+        above.sort()
+        if m < left:
+            prefix, *extra = self._positions([m, *above])
+        else:  # every remaining position consumed
+            prefix, extra = n, []
+        kept = [e for e in self.extra if e > prefix]
+        return Consumed(prefix, tuple(sorted({*kept, *extra})))
+
+    def _positions(self, indices: list[int]) -> list[int]:
+        """Positions of sorted indices into ``remaining(n)`` (any ``n`` beyond them)."""
+        out, j, shift = [], 0, 0
+        ex = self.extra
+        for i in indices:
+            pos = self.prefix + i + shift
+            while j < len(ex) and ex[j] <= pos:
+                j, shift, pos = j + 1, shift + 1, pos + 1
+            out.append(pos)
+        return out
 
 
 def worker_slice(worker: int, epoch: int, num_workers: int) -> int:
