@@ -126,6 +126,8 @@ def main() -> None:
     load0 = os.getloadavg()
     rows: dict[str, dict[int, tuple[float, float]]] = {"build": {}, "synth": {}, "loader": {}}
     jpegs = tiny_jpegs()
+    if args.tmp:
+        os.makedirs(args.tmp, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.tmp, prefix="vlmdata-rss-") as tmp:
         profile = None
         for n in sizes:

@@ -253,3 +253,22 @@ def test_consumed_plus_does_not_list_a_large_epoch():
 
     c = Huge(prefix=400_000, extra=(400_003, 400_010)).plus(1_000_000, 3, [7, 5, 6], epoch=2)
     assert c.prefix > 400_000 and len(c.extra) < 10
+
+
+def test_plan_sequences_are_compact_integer_arrays():
+    """The plan's per-epoch sequences cost 8 bytes a sample (arrays, not lists of Python ints), keep every
+    sample exactly once, and a worker's share of a fresh epoch is a range, not a list."""
+    from array import array
+
+    from vlmdata.loaders.pipeline import Plan, worker_positions
+
+    plan = Plan("source", epoch_samples=1000, seed=1, shuffle=True, buffer=16)
+    order = plan.epoch_order(2)
+    seq = plan.rank_sequence(2, 1, 3)
+    share = plan.stream(2, 1, 3, 0, 2)
+    assert all(isinstance(x, array) and x.itemsize == 8 for x in (order, seq, share))
+    assert sorted(order) == list(range(2000, 3000))
+    assert sorted(seq) == list(range(2333, 2666)) and list(seq) != sorted(seq)  # the rank's slice, shuffled
+    assert sorted(list(plan.stream(2, 1, 3, 0, 2)) + list(plan.stream(2, 1, 3, 1, 2))) == sorted(seq)
+    assert isinstance(worker_positions(333, 1, 2), range)
+    assert list(share) == [seq[p] for p in range((0 + 2) % 2, len(seq), 2)]

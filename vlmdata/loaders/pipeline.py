@@ -30,8 +30,10 @@ from __future__ import annotations
 import bisect
 import logging
 import random
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from vlmdata.dataset.reader import SampleRef
 from vlmdata.errors import VlmdataError
@@ -49,12 +51,14 @@ def split_range(n: int, parts: int, i: int) -> tuple[int, int]:
     return n * i // parts, n * (i + 1) // parts
 
 
-def shuffle_buffer(items: list, size: int, rng: random.Random) -> list:
-    """The order a streaming shuffle buffer of ``size`` emits ``items`` in (reservoir swap-out)."""
+def shuffle_buffer(items: Sequence, size: int, rng: random.Random) -> Sequence:
+    """The order a streaming shuffle buffer of ``size`` emits ``items`` in (reservoir swap-out); an
+    ``array`` in, an ``array`` out (the plan's integer sequences), else a list."""
+    out: Any = array(items.typecode) if isinstance(items, array) else []
     if size <= 1:
-        return list(items)
+        out.extend(items)
+        return out
     buf: list = []
-    out: list = []
     for it in items:
         buf.append(it)
         if len(buf) >= size:
@@ -97,16 +101,20 @@ class Plan:
             raise EmptyEpochError("the shards hold no samples: nothing to load")
         self.seed, self.shuffle, self.buffer = seed, shuffle, buffer
 
-    def epoch_order(self, epoch: int) -> list[int]:
+    def epoch_order(self, epoch: int) -> array:
         """The epoch's samples in order, as integers: source sample numbers, or (shards) global sample
-        numbers that ``ref`` turns into a ``SampleRef``. Integers, not references, so that the plan's
-        lists cost a few bytes a sample (the loader's memory stays flat with the dataset's size)."""
+        numbers that ``ref`` turns into a ``SampleRef``. An array of 8-byte integers, not references or a list
+        of Python ints, so that the plan costs 8 bytes a sample (the loader's memory stays flat with the
+        dataset's size)."""
         if self.kind == "source":
-            return list(range(epoch * self.epoch_samples, (epoch + 1) * self.epoch_samples))
+            return array("q", range(epoch * self.epoch_samples, (epoch + 1) * self.epoch_samples))
         order = list(range(len(self.refs_by_shard)))
         if self.shuffle:
             random.Random(_seed(self.seed, "shards", epoch)).shuffle(order)
-        return [g for s in order for g in range(self._starts[s], self._starts[s + 1])]
+        out = array("q")
+        for s in order:
+            out.extend(range(self._starts[s], self._starts[s + 1]))
+        return out
 
     def ref(self, g: int) -> SampleRef:
         """The ``SampleRef`` of global sample number ``g`` (kind "shards")."""
@@ -118,7 +126,7 @@ class Plan:
         a, b = split_range(self.epoch_samples, world, rank)
         return b - a
 
-    def rank_sequence(self, epoch: int, rank: int, world: int) -> list:
+    def rank_sequence(self, epoch: int, rank: int, world: int) -> Sequence[int]:
         """The rank's epoch: a fixed sequence of references, independent of the number of workers."""
         allrefs = self.epoch_order(epoch)
         a, b = split_range(len(allrefs), world, rank)
@@ -129,12 +137,11 @@ class Plan:
 
     def stream(
         self, epoch: int, rank: int, world: int, worker: int, num_workers: int, consumed: "Consumed | None" = None
-    ) -> list:
+    ) -> array:
         """Worker ``worker``'s references: every ``num_workers``-th position not consumed yet."""
         seq = self.rank_sequence(epoch, rank, world)
-        return [
-            seq[p] for p in worker_positions(len(seq), worker_slice(worker, epoch, num_workers), num_workers, consumed)
-        ]
+        positions = worker_positions(len(seq), worker_slice(worker, epoch, num_workers), num_workers, consumed)
+        return array("q", (seq[p] for p in positions))
 
 
 @dataclass
@@ -218,9 +225,11 @@ def worker_slice(worker: int, epoch: int, num_workers: int) -> int:
     return (worker + epoch) % max(1, num_workers)
 
 
-def worker_positions(n: int, worker: int, num_workers: int, consumed: Consumed | None = None) -> list[int]:
-    rem = consumed.remaining(n) if consumed is not None else list(range(n))
-    return rem[worker::num_workers]
+def worker_positions(n: int, worker: int, num_workers: int, consumed: Consumed | None = None) -> Sequence[int]:
+    """The positions of a rank's sequence that ``worker`` takes: every ``num_workers``-th one not consumed."""
+    if consumed is None or consumed == Consumed():
+        return range(worker, n, num_workers)
+    return consumed.remaining(n)[worker::num_workers]
 
 
 # ----------------------------------------------------------------------------- reading samples
