@@ -36,7 +36,9 @@ def add_parser(sub):
             "  loader DATASET  samples per CPU-s from shards to Bridge-ready batches: bridge-hf-pil, bridge-hf-tv,\n"
             "                  hf-wds-fast (webdataset + qwen_vl_utils + HF fast processor + Bridge-style collate),\n"
             "                  bridge-collate / energon-bridge (with Megatron Bridge), vlmdata, vlmdata-exact,\n"
-            "                  jpeg-decode (decode only: the decode-bound limit); --workers N,M adds vlmdata-wN\n"
+            "                  vlmdata-host-pillow / -nvjpeg (the host's share with image_device: pixels finished\n"
+            "                  on the GPU), jpeg-decode (decode only: the decode-bound limit); --workers N,M adds\n"
+            "                  vlmdata-wN\n"
             "  synth DATASET   synthetic twin generation and twin preprocessing vs real decode + preprocess\n"
             "The loader and synth benchmarks run on one core (torch threads 1)."
         ),
