@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np
 from PIL import Image
 
-from vlmdata.sources.photos import PHOTOS, package_file
+from vlmdata.sources.photos import PHOTOS, llava_record, package_file
 
 LOADER_PASS = r"""
 import sys, warnings
@@ -69,22 +69,8 @@ def make_input(folder: str, n: int, jpegs: list[bytes]) -> str:
             rel = f"images/{i:07d}.jpg"
             with open(os.path.join(folder, rel), "wb") as im:
                 im.write(jpegs[i % len(jpegs)])
-            f.write(
-                json.dumps(
-                    {
-                        "id": f"s{i}",
-                        "image": rel,
-                        "conversations": [
-                            {"from": "human", "value": "<image>\nDescribe this image."},
-                            {
-                                "from": "gpt",
-                                "value": f"A small photo, number {i}, of something worth describing in a sentence.",
-                            },
-                        ],
-                    }
-                )
-                + "\n"
-            )
+            caption = f"A small photo, number {i}, of something worth describing in a sentence."
+            f.write(json.dumps(llava_record(f"s{i}", rel, "<image>\nDescribe this image.", caption)) + "\n")
     return jsonl
 
 

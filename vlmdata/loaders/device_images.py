@@ -47,7 +47,7 @@ from vlmdata.loaders.collate import (
 from vlmdata.loaders.options import IMAGE_DECODERS  # who decodes a JPEG: the device, or the loader's worker
 from vlmdata.qwen.image import decode_jpeg_gpu
 from vlmdata.qwen.spec import QwenSpec, get_spec
-from vlmdata.qwen.vision import target_size
+from vlmdata.qwen.vision import draft_scale, target_size
 
 
 def defer_image(
@@ -68,12 +68,7 @@ def defer_image(
         assert not isinstance(data, Image.Image)  # fmt is None for an in-memory image
         item = ("jpeg", bytes(data), (th, tw), None)
     else:  # decoded here (PNG, WebP, in-memory images, or any image with decoder="pillow"); resized there
-        scale = None
-        if fmt == "JPEG":
-            res = img.draft("RGB", (tw, th))  # DCT-domain downscale only when the target is <= half the source
-            if res is not None and img.size != (w, h):
-                box = res[1]  # the source region in the reduced image: map it exactly, as the CPU path
-                scale = (th / box[3], tw / box[2])
+        scale = draft_scale(img, th, tw) if fmt == "JPEG" else None  # as the CPU path
         rgb = img.convert("RGB") if img.mode != "RGB" else img
         with warnings.catch_warnings():  # Pillow's array is read-only; only the device copy reads it
             warnings.simplefilter("ignore", UserWarning)

@@ -135,19 +135,28 @@ def bridge_resized(
         return resized_array(qvu_fetch_image(img), s, min_pixels, max_pixels, False, "pil")
     w, h = img.size
     th, tw = target_size(h, w, s, min_pixels, max_pixels, "bridge")
-    box = None
-    if fresh and img.format == "JPEG":
-        res = img.draft("RGB", (tw, th))  # DCT-domain downscale only when the target is <= half the source
-        if res is not None and img.size != (w, h):
-            box = res[1]
+    scale = draft_scale(img, th, tw) if fresh else None
     img = qvu_to_rgb(img)
     a = np.asarray(img)
-    if (a.shape[0], a.shape[1]) == (th, tw) and box is None:
+    if (a.shape[0], a.shape[1]) == (th, tw) and scale is None:
         return a, False
-    scale = None
-    if box is not None and (box[2], box[3]) != img.size:
-        scale = (th / box[3], tw / box[2])
     return _resize_torch_to(a, (th, tw), scale), True
+
+
+def draft_scale(img: Image.Image, th: int, tw: int) -> tuple[float, float] | None:
+    """Let a JPEG opened but not yet loaded decode at reduced DCT scale (``Image.draft``, in place; Pillow
+    only reduces while the result stays >= (tw, th), i.e. when the target is at most half the source).
+    Returns the (sy, sx) that maps the source region onto the target exactly when the reduced image covers
+    slightly more than that region (resize with it, then keep the top-left (th, tw)); None when a plain
+    resize to (th, tw) is exact (no reduction, or a reduced image that is exactly the source region)."""
+    if img.format != "JPEG":
+        return None
+    size = img.size
+    res = img.draft("RGB", (tw, th))
+    if res is None or img.size == size:
+        return None
+    box = res[1]
+    return None if (box[2], box[3]) == img.size else (th / box[3], tw / box[2])
 
 
 def target_size(

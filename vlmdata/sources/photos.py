@@ -157,6 +157,23 @@ def jpeg(img: Image.Image, rng: np.random.Generator) -> bytes:
     return buf.getvalue()
 
 
+def llava_record(rid: str, image, human: str, gpt: str) -> dict:
+    """One LLaVA-format record: ``image`` a relative path or a list of them, one human and one gpt turn."""
+    return {
+        "id": rid,
+        "image": image,
+        "conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": gpt}],
+    }
+
+
+def write_jsonl(folder: str, records: list[dict]) -> str:
+    """``folder``/data.jsonl with one record per line; its path."""
+    path = os.path.join(folder, "data.jsonl")
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    return path
+
+
 def make_source(folder: str, n_single: int = 72, n_multi: int = 16, seed: int = 0) -> str:
     rng = np.random.default_rng(seed)
     os.makedirs(os.path.join(folder, "images"), exist_ok=True)
@@ -175,75 +192,29 @@ def make_source(folder: str, n_single: int = 72, n_multi: int = 16, seed: int = 
         rel = save(f"{photo}_{i:03d}", realistic_crop(photos[photo], rng))
         prompt = SINGLE_PROMPTS[int(rng.integers(len(SINGLE_PROMPTS)))]
         caption = PHOTOS[photo][2][int(rng.integers(3))]
-        records.append(
-            {
-                "id": f"single-{i:03d}",
-                "image": rel,
-                "conversations": [
-                    {"from": "human", "value": prompt if "<image>" in prompt else f"<image>\n{prompt}"},
-                    {"from": "gpt", "value": caption},
-                ],
-            }
-        )
+        human = prompt if "<image>" in prompt else f"<image>\n{prompt}"
+        records.append(llava_record(f"single-{i:03d}", rel, human, caption))
     for j in range(n_multi):
         k = int(rng.integers(2, 4))
         chosen = [names[int(x)] for x in rng.choice(len(names), size=k, replace=False)]
         rels = [save(f"{p}_m{j:02d}_{n}", realistic_crop(photos[p], rng)) for n, p in enumerate(chosen)]
         answer = " ".join(f"Image {n + 1}: {PHOTOS[p][2][0]}" for n, p in enumerate(chosen))
-        records.append(
-            {
-                "id": f"multi-{j:02d}",
-                "image": rels,
-                "conversations": [
-                    {
-                        "from": "human",
-                        "value": "\n".join("<image>" for _ in rels) + "\n" + MULTI_PROMPTS[j % len(MULTI_PROMPTS)],
-                    },
-                    {"from": "gpt", "value": answer},
-                ],
-            }
-        )
+        human = "\n".join("<image>" for _ in rels) + "\n" + MULTI_PROMPTS[j % len(MULTI_PROMPTS)]
+        records.append(llava_record(f"multi-{j:02d}", rels, human, answer))
     doc = Image.open(package_file(DOCUMENT[0], DOCUMENT[1]))
     doc.save(os.path.join(folder, "images/page.png"))
     records.append(
-        {
-            "id": "document-0",
-            "image": "images/page.png",
-            "conversations": [
-                {"from": "human", "value": "<image>\nWhat kind of document is this?"},
-                {"from": "gpt", "value": DOCUMENT[2]},
-            ],
-        }
+        llava_record("document-0", "images/page.png", "<image>\nWhat kind of document is this?", DOCUMENT[2])
     )
     # two bad inputs, to show the accounting: a missing file and a truncated JPEG
     records.append(
-        {
-            "id": "bad-missing",
-            "image": "images/does_not_exist.jpg",
-            "conversations": [
-                {"from": "human", "value": "<image>\nDescribe this image."},
-                {"from": "gpt", "value": "Missing."},
-            ],
-        }
+        llava_record("bad-missing", "images/does_not_exist.jpg", "<image>\nDescribe this image.", "Missing.")
     )
     good = open(os.path.join(folder, records[0]["image"]), "rb").read()
     with open(os.path.join(folder, "images/truncated.jpg"), "wb") as f:
         f.write(good[: len(good) // 2])
-    records.append(
-        {
-            "id": "bad-truncated",
-            "image": "images/truncated.jpg",
-            "conversations": [
-                {"from": "human", "value": "<image>\nDescribe this image."},
-                {"from": "gpt", "value": "Truncated."},
-            ],
-        }
-    )
-    path = os.path.join(folder, "data.jsonl")
-    with open(path, "w") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
-    return path
+    records.append(llava_record("bad-truncated", "images/truncated.jpg", "<image>\nDescribe this image.", "Truncated."))
+    return write_jsonl(folder, records)
 
 
 def make_large_source(folder: str, n: int = 240, seed: int = 2) -> str:
@@ -269,17 +240,5 @@ def make_large_source(folder: str, n: int = 240, seed: int = 2) -> str:
         rel = f"images/{name}_{i:04d}.jpg"
         big.save(os.path.join(folder, rel), "JPEG", quality=int(rng.integers(85, 96)))
         caption = PHOTOS[name][2][int(rng.integers(3))]
-        records.append(
-            {
-                "id": f"large-{i:04d}",
-                "image": rel,
-                "conversations": [
-                    {"from": "human", "value": "<image>\nDescribe this image."},
-                    {"from": "gpt", "value": caption},
-                ],
-            }
-        )
-    path = os.path.join(folder, "data.jsonl")
-    with open(path, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
-    return path
+        records.append(llava_record(f"large-{i:04d}", rel, "<image>\nDescribe this image.", caption))
+    return write_jsonl(folder, records)

@@ -50,22 +50,8 @@ class RowImage(SyntheticImage):
     nearest calibrated quality bucket (so a profile with 16 distinct qualities calibrates ~4
     buckets, not 16); the quality search then starts from the row's own quality."""
 
-    def encode(self, seed: int) -> Encoded:
-        w, h = self.width, self.height
-        q = self.quality or DEFAULT_QUALITY
-        qc = cal_quality(q) if self.fmt.upper() == "JPEG" else DEFAULT_QUALITY
-        d = detail_for(self.target_bytes / (w * h), self.fmt, qc, self.subsampling, self.progressive)
-        return search_to_target(
-            pixels.render(w, h, seed, d),
-            self.target_bytes,
-            self.fmt,
-            self.subsampling,
-            self.progressive,
-            self.tolerance,
-            quality=q,
-            detail=d,
-            render=lambda dd: pixels.render(w, h, seed, dd),
-        )
+    def size_model_quality(self, quality: int) -> int:
+        return cal_quality(quality) if self.fmt.upper() == "JPEG" else DEFAULT_QUALITY
 
 
 @dataclass(frozen=True)

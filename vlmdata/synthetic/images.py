@@ -67,11 +67,18 @@ class SyntheticImage:
         """Encoded bytes, deterministic for (spec, seed)."""
         return self.encode(seed).data
 
+    def size_model_quality(self, quality: int) -> int:
+        """The quality whose size model gives the first ``detail`` guess (the search then starts from
+        ``quality`` itself)."""
+        return quality
+
     def encode(self, seed: int) -> Encoded:
         """:meth:`generate` with the search outcome (quality, detail, encodes, ratio)."""
         w, h = self.width, self.height
         q = self.quality or DEFAULT_QUALITY
-        d = detail_for(self.target_bytes / (w * h), self.fmt, q, self.subsampling, self.progressive)
+        d = detail_for(
+            self.target_bytes / (w * h), self.fmt, self.size_model_quality(q), self.subsampling, self.progressive
+        )
         return search_to_target(
             pixels.render(w, h, seed, d),
             self.target_bytes,
