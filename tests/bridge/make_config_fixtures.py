@@ -122,7 +122,10 @@ def as_on_gpus(world_size: int | None = None, cwd: str | None = None):
 
     env = {"WORLD_SIZE": str(world_size)} if world_size is not None else {}
     old_cwd = os.getcwd()
-    with mock.patch.object(torch.cuda, "get_device_properties", lambda *_a, **_k: H100), mock.patch.dict(os.environ, env):
+    with (
+        mock.patch.object(torch.cuda, "get_device_properties", lambda *_a, **_k: H100),
+        mock.patch.dict(os.environ, env),
+    ):
         if cwd is not None:
             os.chdir(cwd)
         try:

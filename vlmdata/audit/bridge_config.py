@@ -225,7 +225,7 @@ def _load(path: str) -> dict:
     if storage.is_url(local):
         raise BridgeConfigError(f"{storage.redact(path)}: a Bridge config must be a local file", path)
     try:
-        data = storage.read_regular(local, MAX_BYTES, "Bridge config")
+        data = storage.read_regular(local, MAX_BYTES, "the Bridge config")
     except FileNotFoundError:
         raise BridgeConfigError(f"{path}: no such file", path) from None
     except (storage.NotRegularFile, storage.FileTooLarge) as e:
