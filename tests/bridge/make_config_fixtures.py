@@ -98,21 +98,32 @@ def offline_hub(tmp: str) -> None:
 
 def install_cpu_shims() -> None:
     """Points 1 and 2 of the module docstring."""
+    install_te_stub()
+    skip_recipes_init()
+
+
+def install_te_stub() -> None:
+    """Point 1: the transformer_engine stub of tests/bridge/te_stub.py."""
     spec = importlib.util.spec_from_file_location("vlmdata_te_stub", os.path.join(HERE, "te_stub.py"))
     assert spec is not None and spec.loader is not None
     stub = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(stub)
     stub.install()
-    if "megatron.bridge.recipes" not in sys.modules:
-        import megatron.bridge  # noqa: F401  (the parent package, so that the recipes spec can be found)
 
-        recipes = importlib.util.find_spec("megatron.bridge.recipes")
-        assert recipes is not None and recipes.submodule_search_locations is not None
-        package = types.ModuleType("megatron.bridge.recipes")
-        package.__path__ = list(recipes.submodule_search_locations)
-        package.__spec__ = recipes
-        package.__file__ = recipes.origin
-        sys.modules["megatron.bridge.recipes"] = package
+
+def skip_recipes_init() -> None:
+    """Point 2: ``megatron.bridge.recipes`` as a package whose ``__init__`` did not run."""
+    if "megatron.bridge.recipes" in sys.modules:
+        return
+    import megatron.bridge  # noqa: F401  (the parent package, so that the recipes spec can be found)
+
+    recipes = importlib.util.find_spec("megatron.bridge.recipes")
+    assert recipes is not None and recipes.submodule_search_locations is not None
+    package = types.ModuleType("megatron.bridge.recipes")
+    package.__path__ = list(recipes.submodule_search_locations)
+    package.__spec__ = recipes
+    package.__file__ = recipes.origin
+    sys.modules["megatron.bridge.recipes"] = package
 
 
 @contextlib.contextmanager
