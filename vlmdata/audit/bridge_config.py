@@ -39,11 +39,16 @@ recompute_detail            ``model.recompute_method`` (``uniform`` | ``block``)
                             ``[core_attn]`` whatever the granularity (it only matters for ``selective``).
 packing                     ``dataset.enable_in_batch_packing`` or ``dataset.enable_offline_packing`` (either true ->
                             True); ``None`` when the dataset has neither key (a ``DatasetProvider`` of one's own).
+                            What the file says, not what the step does: the 0.6.2 Qwen3-VL SFT and PEFT recipes
+                            set ``enable_in_batch_packing`` with ``defer_in_batch_packing_to_step``, and then nothing
+                            is packed (``DirectSFTDataset`` hands the collate ``enable and not defer``;
+                            ``qwen3_vl_step`` keeps one sample per ``[B, S]`` row, pads the rows to a multiple of
+                            lcm(16, TP, or 2 * TP * CP when CP > 1), or to ``seq_length`` when PP > 1 or EP > 1, and
+                            only builds THD metadata). Read it with ``packing_detail``.
 packing_detail              the dataset's packing and padding keys, those present: ``enable_in_batch_packing``,
-                            ``defer_in_batch_packing_to_step`` (the Qwen3-VL step keeps ``[B, S]`` rows and builds
-                            THD metadata itself; ``vlm_step`` refuses it), ``enable_offline_packing``,
-                            ``pad_to_max_length`` (``validate()`` turns it on when PP > 1 or EP > 1),
-                            ``pad_to_multiple_of``, ``in_batch_packing_pad_to_multiple_of``
+                            ``defer_in_batch_packing_to_step`` (``vlm_step``, the generic VLM step, refuses it),
+                            ``enable_offline_packing``, ``pad_to_max_length`` (``validate()`` turns it on when
+                            PP > 1 or EP > 1), ``pad_to_multiple_of``, ``in_batch_packing_pad_to_multiple_of``
 use_distributed_optimizer   ``ddp.use_distributed_optimizer`` OR ``optimizer.use_distributed_optimizer``: Bridge's
                             ``validate()`` turns both on when either is on
 model_target                ``model._target_`` (the provider class, e.g. ``...Qwen3VLMoEModelProvider``)
@@ -186,22 +191,21 @@ def read_bridge_config(path: str) -> BridgeRun:
             sources[name] = where
         return value
 
-    model_paths = _model_paths
     run: dict[str, Any] = dict(
         micro_batch_size=take("micro_batch_size", ("train.micro_batch_size",), "int"),
         global_batch_size=take("global_batch_size", ("train.global_batch_size",), "int"),
         seq_length=_seq_length(doc, sources),
-        tensor_parallel=take("tensor_parallel", model_paths("tensor_model_parallel_size"), "int"),
-        pipeline_parallel=take("pipeline_parallel", model_paths("pipeline_model_parallel_size"), "int"),
-        expert_parallel=take("expert_parallel", model_paths("expert_model_parallel_size"), "int"),
-        context_parallel=take("context_parallel", model_paths("context_parallel_size"), "int"),
-        expert_tensor_parallel=take("expert_tensor_parallel", model_paths("expert_tensor_parallel_size"), "int"),
+        tensor_parallel=take("tensor_parallel", _model_paths("tensor_model_parallel_size"), "int"),
+        pipeline_parallel=take("pipeline_parallel", _model_paths("pipeline_model_parallel_size"), "int"),
+        expert_parallel=take("expert_parallel", _model_paths("expert_model_parallel_size"), "int"),
+        context_parallel=take("context_parallel", _model_paths("context_parallel_size"), "int"),
+        expert_tensor_parallel=take("expert_tensor_parallel", _model_paths("expert_tensor_parallel_size"), "int"),
         data_parallel=_data_parallel(doc, sources),
-        freeze_language_model=take("freeze_language_model", model_paths("freeze_language_model"), "bool"),
-        freeze_vision_model=take("freeze_vision_model", model_paths("freeze_vision_model"), "bool"),
-        freeze_vision_projection=take("freeze_vision_projection", model_paths("freeze_vision_projection"), "bool"),
+        freeze_language_model=take("freeze_language_model", _model_paths("freeze_language_model"), "bool"),
+        freeze_vision_model=take("freeze_vision_model", _model_paths("freeze_vision_model"), "bool"),
+        freeze_vision_projection=take("freeze_vision_projection", _model_paths("freeze_vision_projection"), "bool"),
     )
-    granularity = take("recompute", model_paths("recompute_granularity"), "recompute")
+    granularity = take("recompute", _model_paths("recompute_granularity"), "recompute")
     run["recompute"] = "none" if granularity is None and "recompute" in sources else granularity
     run["recompute_detail"] = _recompute_detail(doc, sources)
     run["packing"], run["packing_detail"] = _packing(doc, sources)
