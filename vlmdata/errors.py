@@ -18,3 +18,19 @@ class VlmdataError(Exception):
 class OptionsError(VlmdataError, ValueError):
     """An options object (``BuildOptions``, ``LoaderOptions``, ...) got an unknown or invalid value;
     the message names the parameter."""
+
+
+class BridgeConfigError(VlmdataError):
+    """A Megatron Bridge config YAML (``vlmdata.audit.bridge_config``) cannot be used: the file is missing, not a
+    regular file, too large, not YAML, not a ``ConfigContainer`` mapping, or a field has the wrong type; the message
+    names the file and, where there is one, the field's YAML path.
+
+    Attributes:
+        path: the file as given.
+        field: the dotted YAML path of the offending field (``train.micro_batch_size``), or None.
+    """
+
+    def __init__(self, message: str, path: str = "", field: str | None = None):
+        super().__init__(message)
+        self.path = path
+        self.field = field

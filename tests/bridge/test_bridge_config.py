@@ -1,0 +1,159 @@
+"""The Bridge config fixtures against Megatron Bridge 0.6.2 itself, and ``vlmdata.audit.bridge_config`` against
+Bridge's own objects.
+
+Runs only under the Bridge venv (``scripts/bridge_env.sh``, then ``.bridge-venv/bin/python -m pytest tests/bridge``);
+elsewhere every test is skipped.
+
+* ``make_config_fixtures.py`` runs in a subprocess (it sets the offline hub environment before transformers is
+  imported, which an in-process test cannot guarantee once another test imported it) and writes the three YAML files
+  with ``ConfigContainer.to_yaml`` into a temp folder, plus the values read from Bridge's live ``ConfigContainer``.
+* ``test_fixture_is_a_fresh_regeneration``: each committed fixture is byte-identical to the regenerated file. Nothing
+  has to be dropped: the only machine-dependent values (``checkpoint.save`` / ``checkpoint.load`` /
+  ``logger.tensorboard_dir``, under the working directory) are pinned by building the recipe with cwd ``/``.
+* ``test_parser_reads_what_bridge_holds``: every ``BridgeRun`` field parsed from the fresh YAML equals the
+  corresponding attribute of Bridge's object.
+* ``test_hf_fixture_converts_in_bridge``: each tests/audit/fixtures/hf_*.json converts with ``AutoBridge`` to the
+  provider of its model with the shape the JSON states.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+FIXTURE_DIR = os.path.join(REPO, "tests", "audit", "fixtures")
+
+
+def _bridge_available() -> bool:
+    try:
+        return importlib.util.find_spec("megatron.bridge") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+pytestmark = pytest.mark.skipif(
+    not _bridge_available(),
+    reason="megatron.bridge is not installed in this interpreter; run scripts/bridge_env.sh and "
+    "`.bridge-venv/bin/python -m pytest tests/bridge`",
+)
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"vlmdata_{name}", os.path.join(HERE, f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MAKE = _load("make_config_fixtures")
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    """(folder with the freshly written YAML files, the values read from Bridge's objects)."""
+    out = tmp_path_factory.mktemp("bridge_config")
+    expected = out / "expected.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
+    script = os.path.join(HERE, "make_config_fixtures.py")
+    cmd = [sys.executable, script, "--out", str(out), "--expected", str(expected)]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        pytest.fail(
+            f"make_config_fixtures.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+        )
+    with open(expected) as f:
+        return out, json.load(f)
+
+
+@pytest.mark.parametrize("name", sorted(MAKE.FIXTURES))
+def test_fixture_is_a_fresh_regeneration(regenerated, name):
+    out, _ = regenerated
+    fresh = (out / MAKE.FIXTURES[name]).read_text()
+    with open(os.path.join(FIXTURE_DIR, MAKE.FIXTURES[name])) as f:
+        committed = f.read()
+    if fresh != committed:
+        diff = "".join(difflib.unified_diff(committed.splitlines(True), fresh.splitlines(True), "committed", "fresh"))
+        pytest.fail(
+            f"{MAKE.FIXTURES[name]} differs from a regeneration with this Bridge (rerun "
+            f"tests/bridge/make_config_fixtures.py if the change is Bridge's):\n{diff[:4000]}"
+        )
+
+
+@pytest.mark.parametrize("name", sorted(MAKE.FIXTURES))
+def test_parser_reads_what_bridge_holds(regenerated, name):
+    from vlmdata.audit.bridge_config import BridgeRun, read_bridge_config
+
+    out, values = regenerated
+    bridge = values[name]
+    run = read_bridge_config(str(out / MAKE.FIXTURES[name]))
+    compared = [f.name for f in dataclasses.fields(BridgeRun) if f.name not in ("path", "sources")]
+    assert set(compared) <= set(bridge), "make_config_fixtures.bridge_values misses a BridgeRun field"
+    for field in compared:
+        assert getattr(run, field) == bridge[field], (
+            f"{field}: parsed {getattr(run, field)!r}, Bridge {bridge[field]!r}"
+        )
+    # every field has a source in these files (Bridge writes every key), except data_parallel without comm_overlap
+    for field in compared:
+        if field not in ("recompute_detail", "packing_detail", "model_fields", "data_parallel"):
+            assert field in run.sources, field
+    assert ("data_parallel" in run.sources) == (name == "changed")
+    assert run.seq_length == bridge["dataset_seq_length"]  # validate() requires model and dataset to agree
+    # Bridge derives DP in runtime_config_update (world / (TP * PP * CP)); only comm_overlap records it in the file
+    derived = {"default": 8, "changed": 4, "recipe": None}[name]
+    assert bridge["derived_data_parallel_size"] == derived
+    assert run.data_parallel == (derived if name == "changed" else None)
+
+
+HF_FIXTURES = {
+    "hf_qwen3_vl_30b_a3b.json": "Qwen3VLMoEModelProvider",
+    "hf_qwen3_vl_235b_a22b.json": "Qwen3VLMoEModelProvider",
+    "hf_qwen3_vl_8b.json": "Qwen3VLModelProvider",
+    "hf_qwen2_5_vl_7b.json": "Qwen25VLModelProvider",
+}
+
+
+@pytest.fixture(scope="module")
+def auto_bridge():
+    MAKE.install_te_stub()
+    from megatron.bridge import AutoBridge
+
+    return AutoBridge
+
+
+@pytest.mark.parametrize("name", sorted(HF_FIXTURES))
+def test_hf_fixture_converts_in_bridge(auto_bridge, tmp_path, monkeypatch, name):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with open(os.path.join(FIXTURE_DIR, name)) as f:
+        hf = json.load(f)
+    shutil.copyfile(os.path.join(FIXTURE_DIR, name), tmp_path / "config.json")
+    provider = auto_bridge.from_hf_pretrained(str(tmp_path)).to_megatron_provider(load_weights=False)
+    assert type(provider).__name__ == HF_FIXTURES[name]
+    text = hf.get("text_config", hf)  # Qwen2.5-VL's config.json keeps the decoder at the top level
+    vision = hf["vision_config"]
+    assert provider.num_layers == text["num_hidden_layers"]
+    assert provider.hidden_size == text["hidden_size"]
+    assert provider.ffn_hidden_size == text["intermediate_size"]
+    assert provider.num_attention_heads == text["num_attention_heads"]
+    assert provider.num_query_groups == text["num_key_value_heads"]
+    assert provider.vocab_size == text["vocab_size"]
+    if "num_experts" in text:
+        assert provider.num_moe_experts == text["num_experts"]
+        assert provider.moe_router_topk == text["num_experts_per_tok"]
+        assert provider.moe_ffn_hidden_size == text["moe_intermediate_size"]
+    assert provider.vision_config.depth == vision["depth"]
+    assert provider.vision_config.hidden_size == vision["hidden_size"]
+    assert provider.vision_config.out_hidden_size == vision["out_hidden_size"] == text["hidden_size"]
+    assert provider.vision_config.patch_size == vision["patch_size"]
+    if "deepstack_visual_indexes" in vision:
+        assert list(provider.deepstack_visual_indexes) == vision["deepstack_visual_indexes"]
