@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-FORWARD_STAGES = ("forward_other", "vision", "projector", "lm_forward", "lm_head_loss")
+from vlmdata.audit.step import FORWARD_STAGES
 
 
 @dataclass
@@ -174,7 +174,11 @@ def merge_ranks(per_rank: list[list[dict]]) -> list[dict]:
             "tokens_padding",
             "flops",
             "lm_flops",
+            "lm_layers_flops",
+            "lm_head_flops",
             "vision_flops",
+            "projector_flops",
+            "patch_sq",
             "first_seen_shapes",
         ):
             vals = [r.get(k) for r in recs]
@@ -184,6 +188,9 @@ def merge_ranks(per_rank: list[list[dict]]) -> list[dict]:
         peaks = [r.get("peak_mem_bytes") for r in recs if r.get("peak_mem_bytes") is not None]
         m["peak_mem_bytes"] = max(peaks) if peaks else None
         m["visual_tokens_per_sample"] = [v for r in recs for v in r.get("visual_tokens_per_sample") or []]
+        m["micro_batches"] = recs[0].get("micro_batches")
+        m["micro_per_rank"] = [r.get("micro") for r in recs]  # per-rank micro-batch times (stragglers)
+        m["loader_wait_ms"] = max(r.get("loader_wait_ms") or 0.0 for r in recs)
         merged.append(m)
     return merged
 

@@ -3,7 +3,7 @@
 A record is one measured step (or, for training logs, one logged interval)::
 
     {"step_ms": wall time of the step including the wait for its batch,
-     "data_wait_ms": time blocked on the loader iterator, "wait_kind": "steady" | "epoch_boundary",
+     "data_wait_ms": time the step waited for data, "wait_kind": "steady" | "epoch_boundary",
      "samples", "images", "tokens_total", "tokens_nonpad", "tokens_loss", "tokens_visual", "tokens_padding",
      "flops": model FLOPs of the step (all ranks), "times_ms": {stage: ms} (optional),
      "visual_tokens_per_sample": [...] (optional), "peak_mem_bytes" (optional)}
@@ -58,8 +58,14 @@ STAGE_ORDER = (
     "projector",
     "lm_forward",
     "lm_head_loss",
-    "backward",
+    "backward_head",
+    "backward_decoder",
+    "backward_vision",
+    "backward",  # a step that does not split its backward (older reports, user steps)
+    "host_gap",
+    "grad_sync",
     "optimizer",
+    "ep_all_to_all",  # modelled (vlmdata.audit.compose), not measured
     "other",
 )
 
@@ -88,8 +94,9 @@ def _pct(a: np.ndarray, q: float) -> float:
 
 
 def stage_split(records: list[dict]) -> dict[str, float]:
-    """Mean ms per step of each stage; ``other`` = step wall time not covered by data wait and the
-    workload's own stages (host overhead, the final sync, hooks)."""
+    """Mean ms per step of each stage; ``other`` = step wall time not covered by the workload's stages
+    (host overhead, the final sync, hooks). ``data_wait`` is the workload's own stage when it reports one
+    (the device idle while the host waited for data), else the record's ``data_wait_ms``."""
     out: dict[str, float] = {}
     n = len(records)
     if not n:
@@ -97,8 +104,10 @@ def stage_split(records: list[dict]) -> dict[str, float]:
     if all(not r.get("times_ms") and r.get("data_wait_ms") is None for r in records):
         return out  # training logs: no stage times
     for r in records:
-        t, wait = r.get("times_ms") or {}, r.get("data_wait_ms") or 0.0
-        covered = wait + t.get("total", 0.0)
+        t = dict(r.get("times_ms") or {})
+        own = t.pop("data_wait", None)  # the workload's stage is inside its total; the record's is not
+        wait = float(own) if own is not None else float(r.get("data_wait_ms") or 0.0)
+        covered = t.get("total", 0.0) + (0.0 if own is not None else wait)
         parts = {
             "data_wait": wait,
             **{k: v for k, v in t.items() if k != "total"},

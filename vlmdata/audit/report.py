@@ -18,6 +18,14 @@ from vlmdata.audit.distributed import merge_ranks
 from vlmdata.audit.distributed import stragglers as find_stragglers
 from vlmdata.audit.logs import report_content
 from vlmdata.audit.metrics import STAGE_ORDER, TOKEN_DEFINITIONS, rate_ci, summarize
+from vlmdata.audit.run_tables import (
+    composition_rows,
+    run_rows,
+    stage_efficiency_rows,
+    straggler_rows,
+    summary_stage_tflops,
+)
+from vlmdata.audit.straggler_model import plot_stragglers
 from vlmdata.audit.verdict import GAP_METRICS, METRIC_LABELS, decide
 
 SCHEMA = "vlmdata.audit/2"
@@ -43,7 +51,13 @@ STAGE_COLOURS = dict(
             "#1f77b4",
             "#8c564b",
             "#2ca02c",
+            "#98df8a",
+            "#aec7e8",
+            "#393b79",
+            "#c7c7c7",
+            "#dbdb8d",
             "#e377c2",
+            "#ff9896",
             "#000000",
         ),
     )
@@ -63,6 +77,9 @@ def build_report(results: list[dict], *, threshold: float, straggler_ratio: floa
         "workload": first["workload"],
         "world_size": world,
         "measurement": first.get("measurement"),
+        "run": first.get("run"),
+        "composition": first.get("composition"),
+        "straggler_model": first.get("straggler_model"),
         "definitions": {
             "tokens": TOKEN_DEFINITIONS,
             "sources": {n: s.get("definition") for n, s in first["sources"].items()},
@@ -78,8 +95,10 @@ def build_report(results: list[dict], *, threshold: float, straggler_ratio: floa
             continue
         per_rank = [r["sources"][name]["records"] for r in results]
         records = per_rank[0] if world == 1 else merge_ranks(per_rank)
+        summary = summarize(records, world)
+        summary["stage_tflops"] = summary_stage_tflops(summary, records)
         src = {
-            "summary": summarize(records, world),
+            "summary": summary,
             "records": records,
             **{k: v for k, v in first["sources"][name].items() if k not in ("records", "world_size")},
         }
@@ -329,6 +348,15 @@ def _tables(report: dict) -> list[tuple[str, tuple]]:
         ("Workload shape", shape_rows(report)),
         ("Stage split", stage_rows(report)),
     ]
+    for title, fn in (
+        ("Stage efficiency (model FLOPs / stage time)", stage_efficiency_rows),
+        ("The run (every setting and where it came from)", run_rows),
+        ("From the measured slice to the run's step", composition_rows),
+        ("Data-parallel stragglers (simulated from the census and the measured costs)", straggler_rows),
+    ):
+        rows = fn(report)
+        if rows is not None:
+            t.append((title, rows))
     if report.get("measurement"):
         t.append(("How it was measured", measurement_rows(report)))
     if report.get("verdict"):
@@ -386,6 +414,9 @@ def plots(report: dict) -> dict[str, bytes]:
         out["stages"] = _stages_plot(plt, names, sums)
     if any(s["visual_tokens_per_sample"] for s in sums):
         out["visual_tokens"] = _visual_plot(plt, names, sums)
+    sim = report.get("straggler_model")
+    if sim and "sources" in sim:
+        out["stragglers"] = plot_stragglers(sim)
     return out
 
 

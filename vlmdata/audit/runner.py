@@ -1,33 +1,32 @@
 """Run one training workload over every source, so that the figures depend on the data and nothing else.
 
-Phases (``run_audit``):
+A measured **step** is one global step of Megatron Bridge's ``train_step`` on one data-parallel rank:
+``micro_batches = GBS / (MBS * DP)`` micro-batches of forward and backward, then one optimizer step
+(``vlmdata.audit.run_spec``; the settings resolve in ``vlmdata.audit.config``). Phases (``run_audit``):
 
 1. **Inputs** (``vlmdata.audit.inputs``): real, the image-free view of real, the synthetic twin of real
    (paired: step k of each sees the same sample positions), the mocks.
-2. **Census**: each source's loader is run once in *shapes* mode (no decode: the exact batches' shapes and
-   token ids, zero pixels) for the ``warmup + max_steps`` steps the measurement may use. Every sample must
-   fit ``seq_length`` (checked here, before any training). Every shape item a batch brings
-   (``workload.shape_items``: per-image grids, total patches, (B, S)) that no earlier batch brought marks
-   the batch for warm-up.
-3. **Warm-up**: the marked batches are run through ``workload.warm`` (forward + backward, no optimizer
-   step) untimed, so one-off per-shape costs (cuDNN plans, allocator growth) fall here and not on
-   whichever source happens to see a size first. Under torchrun every rank warms the same number of
-   batches. Then each source's live loader is started (DataLoader workers forked once; they stay alive
-   across epochs) and ``warmup`` full training steps per source run untimed; the first batch's wait is
-   recorded as the source's start-up wait.
-4. **Measurement, interleaved**: rounds of ``block`` steps per source, the source order rotating every
-   round (A B C D, B C D A, ...), so host load and clock drift fall on every source alike. Per step::
+2. **Census** (``_census``): each source's loader runs once in *shapes* mode (no decode: the exact batches'
+   shapes and token ids, zero pixels) for every micro-batch the measurement may use, each batch padded as
+   the run's step pads it (``RunSpec.prepare``). Every sample must fit ``seq_length``. Every shape item a
+   batch brings (``workload.shape_items``) that no earlier batch brought marks the batch for warm-up. The
+   census also records each sample's tokens and image patches (the straggler model's input).
+3. **Warm-up** (``_warm``): one full global step, then the marked batches run forward and backward untimed
+   (no optimizer step), one round ahead, so one-off per-shape costs fall here. Under torchrun every rank
+   warms the same number of batches. Then each source's live loader starts (workers forked once; they stay
+   alive across epochs; the first batch's wait is reported as start-up) and ``warmup`` untimed global steps
+   per source run.
+4. **Measured rounds** (``_rounds``): rounds of ``block`` global steps per source, the order rotating every
+   round (A B C D, B C D A, ...). Per global step::
 
-       t0 -> next(batches) -> t1 -> workload(batch) -> t2
-       data_wait_ms = t1 - t0 (wait_kind "epoch_boundary" on the first batch of a new epoch, else "steady")
-       step_ms = t2 - t0; plus stage times, shape, FLOPs (computed outside the timed region),
-       first_seen_shapes (shape items not warmed: expected 0), census_match (the batch is the one the
-       census saw at that step), keys (sample keys, for the pairing check).
+       t0 -> for each micro-batch: next(loader) (wait), forward + backward -> optimizer -> sync -> t2
+       step_ms = t2 - t0; stage times (data_wait = the device idle while the host waited for data),
+       per-micro-batch device times and shapes, FLOPs (computed outside the timed region), first-seen
+       shape items (expected 0), census_match, sample keys (for the pairing check).
 
-   After each round past ``min_steps``, the paired bootstrap intervals of every gap are checked
-   (``verdict.settled``): the run stops when they are tight enough for the verdict, at ``max_steps``, or
-   when ``budget_s`` of measuring has passed (whichever comes first; stops fall on round ends, so every
-   source has the same number of steps).
+5. **Stop rule** (``_stop``): after each round past ``min_steps`` (default one epoch of real), the paired
+   bootstrap intervals of every gap are checked (``verdict.settled``): stop when they decide the verdict,
+   at ``max_steps``, or after ``budget_s`` of measuring (at a round's end: every source has as many steps).
 
 ``clock`` is injectable (tests drive a fake workload on a fake clock).
 """
@@ -45,87 +44,20 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from vlmdata import __version__, sample_data_path
+from vlmdata import __version__
+from vlmdata.audit.compose import Composition, compose_record, plan
+from vlmdata.audit.config import AuditConfig, Resolved, default_real, default_workers, resolve
 from vlmdata.audit.distributed import agree_max, agree_min
-from vlmdata.audit.inputs import MOCKS, REAL, SOURCES, AuditError, Input, check_sources, prepare_input, real_shards
-from vlmdata.audit.verdict import DEFAULT_THRESHOLD, PROXY_TOLERANCE, settled
-from vlmdata.audit.workloads import ReferenceWorkload, UserWorkload, batch_shape, materialize
+from vlmdata.audit.inputs import MOCKS, REAL, SOURCES, AuditError, Input, prepare_input, real_shards
+from vlmdata.audit.model import IMAGE_TOKEN_ID
+from vlmdata.audit.straggler_model import Sample, fit_cost_model, samples_from_batch, simulate
+from vlmdata.audit.verdict import settled
+from vlmdata.audit.workloads import ReferenceWorkload, UserWorkload, as_global_steps, batch_shape, materialize
 from vlmdata.errors import OptionsError
 from vlmdata.loaders.options import LoaderOptions
 
-__all__ = ["AuditConfig", "AuditError", "run_audit", "SOURCES", "MOCKS"]
-
-
-def default_real() -> str:
-    """The embedded sample dataset (real photographs; see its README), in a checkout or an installed wheel."""
-
-    try:
-        return sample_data_path()
-    except FileNotFoundError as e:
-        raise AuditError(f"no real dataset given and {e}") from None
-
-
-@dataclass(frozen=True)
-class AuditConfig:
-    """Everything one audit run needs. Validated by ``check()``; defaults are the CPU demo's."""
-
-    real: str | None = None  # None: the embedded sample data
-    profile: str | None = None  # sample the synthetic source from this profile (unpaired) instead of the twin
-    sources: tuple[str, ...] = SOURCES
-    preset: str = "tiny"
-    device: str = "cpu"
-    seed: int = 0
-    logits: str | None = None  # "all" | "loss"; None: "all" on CUDA, "loss" on CPU
-    step: str | None = None  # "module:function" user workload
-    model_family: str = "qwen3-vl"  # visual-token model the loader prepares batches for
-    seq_length: int = 2048
-    micro_batch_size: int = 2
-    num_workers: int | None = None  # loader workers per source and rank; None: 0 on CPU, auto on CUDA
-    loader_options: dict[str, Any] = field(default_factory=dict)  # other make_loader options
-    warmup: int = 0  # untimed full training steps per source after its loader starts
-    min_steps: int | None = None  # steps per source before stopping; None: one epoch of real (at most max_steps)
-    max_steps: int = 60  # measured steps per source at most (the census covers this many)
-    block: int = 2  # consecutive steps of one source within a round
-    budget_s: float = 90.0  # measuring stops after this many seconds (at the end of a round)
-    precision: float = 0.05  # stop when every gap's interval is within ±precision of its ratio (and decided)
-    threshold: float = DEFAULT_THRESHOLD
-    proxy_tolerance: float = PROXY_TOLERANCE
-    warm_shapes: bool = True  # False skips the shape warm-up: only to show what it prevents
-    workload_options: dict[str, Any] = field(default_factory=dict)  # freeze_vision, recompute, parallel (sweeps)
-
-    def check(self) -> None:
-        check_sources(tuple(self.sources))
-        min_steps = self.max_steps if self.min_steps is None else self.min_steps
-        if self.block < 1 or min_steps < 1 or self.max_steps < min_steps or self.warmup < 0:
-            raise AuditError(
-                f"need block >= 1, 1 <= min_steps <= max_steps and warmup >= 0 (got block={self.block}, "
-                f"min_steps={self.min_steps}, max_steps={self.max_steps}, warmup={self.warmup})"
-            )
-        if self.budget_s <= 0 or not 0 < self.precision < 1:
-            raise AuditError(f"need budget_s > 0 and 0 < precision < 1 (got {self.budget_s}, {self.precision})")
-        if self.seq_length < 1 or self.micro_batch_size < 1:
-            raise AuditError("seq_length and micro_batch_size must be positive")
-        if self.num_workers is not None and self.num_workers < 0:
-            raise AuditError(f"num_workers must be >= 0, got {self.num_workers}")
-
-    def resolved_logits(self) -> str:
-        return self.logits or ("all" if torch.device(self.device).type == "cuda" else "loss")
-
-    def resolved_real(self) -> str:
-        return self.real or default_real()
-
-    def steps_cap(self) -> int:
-        """max_steps rounded up to whole rounds."""
-        return self.block * math.ceil(self.max_steps / self.block)
-
-
-def default_workers(device: str, n_sources: int, world_size: int = 1) -> int:
-    """Loader workers per source and rank: 0 on CPU (the step already uses every core); on CUDA the
-    rank's share of the CPUs, minus two for the training process, split over the sources, 1..4."""
-    if torch.device(device).type != "cuda":
-        return 0
-    cpus = (os.cpu_count() or 1) // max(1, world_size)
-    return max(1, min(4, (cpus - 2) // max(1, n_sources)))
+__all__ = ["AuditConfig", "AuditError", "run_audit", "SOURCES", "MOCKS", "default_real", "default_workers"]
+DP_SIZES = (8, 64, 512, 4096)  # data-parallel sizes the straggler model predicts
 
 
 def default_loader_factory() -> Callable:
@@ -135,22 +67,24 @@ def default_loader_factory() -> Callable:
     return make_loader
 
 
-# ----------------------------------------------------------------------------- helpers
+# ----------------------------------------------------------------------------- loaders
 
 
-def loader_options(cfg: AuditConfig, inp: Input, workers: int, images: str | None = None) -> LoaderOptions:
-    """The ``LoaderOptions`` one source is opened with: the audit's settings, then ``cfg.loader_options``
-    (the user's), then the source's own (e.g. the image-free view's ``images="drop"``)."""
-    changes = {**cfg.loader_options, **inp.options}
+def loader_options(
+    cfg: AuditConfig, inp: Input, workers: int, images: str | None = None, res: Resolved | None = None
+) -> LoaderOptions:
+    """The ``LoaderOptions`` one source is opened with: the run's (model family, seq_length, micro-batch,
+    padding policy), then ``cfg.loader_options`` (the user's), then the source's own (e.g. the image-free
+    view's ``images="drop"``)."""
+    res = res or resolve(cfg)
+    changes = {**res.run.loader_changes(), **cfg.loader_options, **inp.options}
     if images is not None and changes.get("images", "decode") == "decode":  # "drop" stays "drop"
         changes["images"] = images
     if changes.get("images", "decode") != "decode":  # planning and image-free loaders decode nothing anywhere
         changes.update(image_device=None, image_decoder="nvjpeg")
     try:
-        opts = LoaderOptions(
-            model=cfg.model_family,
-            seq_length=cfg.seq_length,
-            micro_batch_size=cfg.micro_batch_size,
+        return LoaderOptions(
+            model=res.shape.loader_model,
             seed=cfg.seed,
             num_workers=workers,
             num_epochs=None,
@@ -158,15 +92,6 @@ def loader_options(cfg: AuditConfig, inp: Input, workers: int, images: str | Non
         ).replace(**changes)
     except OptionsError as e:
         raise AuditError(f"source {inp.name}: {e}") from None
-    return opts
-
-
-def _open(factory: Callable, inp: Input, cfg: AuditConfig, workers: int, images: str | None = None):
-    opts = loader_options(cfg, inp, workers, images)
-    try:
-        return factory(inp.source, opts), opts.to_dict()
-    except (ValueError, OSError) as e:
-        raise AuditError(f"cannot open source {inp.name}: {e}") from None
 
 
 def _iterate(loader, inline: bool) -> Iterator:
@@ -179,7 +104,7 @@ def _next(it: Iterator, name: str, i: int, total: int):
     try:
         return next(it)
     except StopIteration:
-        raise AuditError(f"source {name}: the loader ran out of batches after {i} of {total} steps") from None
+        raise AuditError(f"source {name}: the loader ran out of batches after {i} of {total} micro-batches") from None
     except ValueError as e:  # e.g. every sample skipped, or a row longer than seq_length
         raise AuditError(f"source {name}: {e}") from None
 
@@ -191,36 +116,60 @@ def _lengths(loader, batch) -> list[int]:
 
 @dataclass
 class _Census:
-    batches: list  # shapes-only batches (zero-stride pixels: no pixel memory)
-    items: list[frozenset]  # shape items of each step
-    keys: list[list[str]]
-    epochs: list  # epoch of each batch (None when the loader does not say)
-    longest: int
-    too_long: int
-    samples: int
+    batches: list = field(default_factory=list)  # shapes-only batches (zero-stride pixels: no pixel memory)
+    items: list[frozenset] = field(default_factory=list)  # shape items of each micro-batch
+    keys: list[list[str]] = field(default_factory=list)
+    epochs: list = field(default_factory=list)  # epoch of each batch (None when the loader does not say)
+    samples: list[list] = field(default_factory=list)  # [tokens, [patches per image]] per sample
+    longest: int = 0
+    too_long: int = 0
 
-    def epoch_steps(self) -> int | None:
-        """Steps until the first batch of the next epoch (None: no epoch ends within the census)."""
+    def epoch_micro(self) -> int | None:
+        """Micro-batches until the first batch of the next epoch (None: no epoch ends within the census)."""
         for i, e in enumerate(self.epochs):
             if e is not None and e != self.epochs[0]:
                 return i
         return None
 
+    def epoch_samples(self) -> list[list]:
+        """The samples of the first epoch (or of the whole census)."""
+        end = self.epoch_micro()
+        return [s for b in self.samples[: end or len(self.samples)] for s in b]
 
-def census(name: str, loader, steps: int, workload) -> _Census:
-    """Run ``loader`` (shapes mode, in this process) for ``steps`` batches and record what each brings."""
+
+def _census_samples(loader, batch, merge: int) -> list[list]:
+    """[tokens, [patches per image]] of each sample of a census batch."""
+    ids = torch.as_tensor(batch["input_ids"])
+    grid = batch.get("visual_inputs")
+    grid = grid.get("image_grid_thw") if isinstance(grid, dict) else getattr(grid, "image_grid_thw", None)
+    grids = [] if grid is None else [tuple(map(int, g)) for g in torch.as_tensor(grid).tolist()]
+    lengths = _lengths(loader, batch)
+    cu = batch.get("cu_seqlens_q")
+    if cu is not None:  # packed: one row of several samples
+        b = torch.as_tensor(cu).tolist()
+        visual = [int((ids[0, s:e] == IMAGE_TOKEN_ID).sum()) for s, e in zip(b[:-1], b[1:])]
+    else:
+        visual = (ids == IMAGE_TOKEN_ID).sum(1).tolist()
+    if len(lengths) != len(visual):
+        lengths = [int(x) for x in (ids != 0).sum(1).tolist()] if cu is None else lengths
+    return [[s.tokens, list(s.image_patches)] for s in samples_from_batch(lengths, grids, visual, merge)]
+
+
+def census(name: str, loader, micro_batches: int, workload, prepare: Callable = lambda b: b, merge: int = 2) -> _Census:
+    """Run ``loader`` (shapes mode, in this process) for ``micro_batches`` batches and record what each brings."""
     it = _iterate(loader, inline=True)
-    c = _Census([], [], [], [], 0, 0, 0)
-    for i in range(steps):
-        batch = _next(it, name, i, steps)
+    c = _Census()
+    for i in range(micro_batches):
+        batch = prepare(_next(it, name, i, micro_batches))
         c.batches.append(batch)
         c.items.append(workload.shape_items(batch))
         c.keys.append(list(getattr(loader, "last_keys", []) or []))
         c.epochs.append(getattr(loader, "last_epoch", None))
         lens = _lengths(loader, batch)
-        c.samples += len(lens)
         c.longest = max(c.longest, max(lens))
-        c.too_long += sum(n > int(torch.as_tensor(batch["input_ids"]).shape[1]) for n in lens)
+        width = int(torch.as_tensor(batch["input_ids"]).shape[1])
+        c.too_long += sum(n > width for n in lens) if batch.get("cu_seqlens_q") is None else 0
+        c.samples.append(_census_samples(loader, batch, merge))
     return c
 
 
@@ -254,44 +203,444 @@ def environment(device: str) -> dict:
     return env
 
 
-def _record(
-    workload,
-    batch,
-    r: dict,
-    *,
-    name: str,
-    step: int,
-    rnd: int,
-    t0: float,
-    t1: float,
-    t2: float,
-    wait_kind: str,
-    new_items: int,
-    match: bool | None,
-    keys: list[str],
-) -> dict:
+# ----------------------------------------------------------------------------- one global step's record
+
+SUMMED = (
+    "samples",
+    "images",
+    "patches",
+    "tokens_total",
+    "tokens_nonpad",
+    "tokens_loss",
+    "tokens_visual",
+    "tokens_padding",
+)
+FLOP_FIELDS = ("total_flops", "lm_flops", "lm_layers_flops", "lm_head_flops", "vision_flops", "projector_flops")
+
+
+def micro_shape(workload, batch) -> dict:
+    """Shape, tokens and FLOPs of one micro-batch (outside any timed region)."""
     f = workload.flops(batch)
+    shape = batch_shape(batch)
+    grid = batch.get("visual_inputs")
+    grid = grid.get("image_grid_thw") if isinstance(grid, dict) else getattr(grid, "image_grid_thw", None)
+    per_image = [] if grid is None else torch.as_tensor(grid).prod(-1).tolist()
     return {
+        **shape,
+        **{k: f.get(k) for k in FLOP_FIELDS},
+        **{k: f[k] for k in SUMMED if k in f},
+        "patch_sq": int(sum(n * n for n in per_image)),
+    }
+
+
+def global_record(
+    parts: list[dict], r: dict, *, step: int, rnd: int, step_ms: float, wait_kind: str, keys: list
+) -> dict:
+    """One record per global step: work summed over its micro-batches (``parts``: their ``micro_shape``
+    plus ``wait_ms``, ``new_items``, ``match``), times from the workload's ``finish()`` (``r``)."""
+    rec: dict[str, Any] = {
         "step": step,
         "round": rnd,
-        "data_wait_ms": (t1 - t0) * 1e3,
-        "step_ms": (t2 - t0) * 1e3,
+        "micro_batches": len(parts),
+        "step_ms": step_ms,
+        "data_wait_ms": float(r.get("data_wait_ms", sum(p["wait_ms"] for p in parts))),
+        "loader_wait_ms": float(sum(p["wait_ms"] for p in parts)),
         "wait_kind": wait_kind,
         "times_ms": r["times_ms"],
         "peak_mem_bytes": r.get("peak_mem_bytes"),
         "loss": r.get("loss"),
-        "flops": f.get("total_flops"),
-        "lm_flops": f.get("lm_flops"),
-        "vision_flops": f.get("vision_flops"),
-        **{k: f[k] for k in ("tokens_total", "tokens_nonpad", "tokens_loss", "tokens_visual", "tokens_padding")},
-        **batch_shape(batch),
-        "first_seen_shapes": new_items,
-        "census_match": match,
-        "keys": keys,
     }
+    for k in (*SUMMED, "patch_sq"):
+        rec[k] = sum(int(p.get(k) or 0) for p in parts)
+    for k in FLOP_FIELDS:
+        vals = [p.get(k) for p in parts]
+        rec["flops" if k == "total_flops" else k] = None if any(v is None for v in vals) else sum(vals)
+    micro_ms = r.get("micro_ms") or [None] * len(parts)
+    decoder_ms = r.get("micro_decoder_ms") or [None] * len(parts)
+    rec["micro"] = [
+        {
+            "ms": ms,
+            "decoder_ms": dec,
+            "wait_ms": p["wait_ms"],
+            "tokens_total": p.get("tokens_total"),
+            "patches": p.get("patches"),
+            "patch_sq": p.get("patch_sq"),
+        }
+        for p, ms, dec in zip(parts, micro_ms, decoder_ms)
+    ]
+    rec["visual_tokens_per_sample"] = [v for p in parts for v in p.get("visual_tokens_per_sample") or []]
+    rec["first_seen_shapes"] = sum(p["new_items"] for p in parts)
+    rec["census_match"] = None if any(p["match"] is None for p in parts) else all(p["match"] for p in parts)
+    rec["keys"] = keys
+    return rec
 
 
 # ----------------------------------------------------------------------------- the run
+
+
+class _Audit:
+    """One audit run's state; each phase is a method (see the module docstring)."""
+
+    def __init__(self, cfg, factory, out_dir, dist, progress, clock, workload):
+        self.cfg, self.factory, self.dist, self.progress, self.clock = cfg, factory, dist, progress, clock
+        self.main = dist is None or dist.is_main
+        self.world = dist.world_size if dist is not None else 1
+        self.device = dist.device if dist is not None else cfg.device
+        self.res = resolve(cfg, self.world)
+        self.work_dir = out_dir if (out_dir and self.main) else tempfile.mkdtemp(prefix="vlmdata-audit-")
+        self.workers = (
+            cfg.num_workers
+            if cfg.num_workers is not None
+            else default_workers(self.device, len(cfg.sources), self.world)
+        )
+        m = cfg.measure_settings()
+        self.block, self.cap, self.budget_s = m["block"], m["max_steps"], m["budget_s"]
+        self.n_micro = self.res.run.micro_batches
+        self.horizon = cfg.warmup + self.cap  # global steps the census covers
+        self.workload = as_global_steps(workload if workload is not None else self._workload())
+        summary = (self.workload.describe() or {}).get("model") or {}
+        self.comp = (
+            plan(self.res.run, self.res.shape, summary, link_gbps=cfg.link_gbps)
+            if summary.get("params_trainable")
+            else Composition(1, 1, 1.0)
+        )
+        self.oom: dict[str, dict] = {}
+        self.inputs: dict[str, Input] = {}
+        self.censuses: dict[str, _Census] = {}
+        self.warmed: set = set()
+        self.warm_stats = {"batches": 0, "seconds": 0.0, "in_rounds": 0.0, "full_steps": 0}
+        self.rounds = 0
+        self.live: dict[str, Any] = {}
+        self.its: dict[str, Iterator] = {}
+        self.pending: dict[str, Any] = {}
+        self.startup: dict[str, float] = {}
+        self.loader_records: dict[str, dict] = {}
+        self.last_epoch: dict[str, Any] = {}
+        self.records: dict[str, list] = {name: [] for name in cfg.sources}
+
+    def _workload(self):
+        cfg, res = self.cfg, self.res
+        if cfg.step:
+            return UserWorkload(cfg.step, self.device, cfg.workload_options)
+        run = res.run
+        options = {
+            "freeze_language_model": run.freeze_language_model,
+            "freeze_vision_model": run.freeze_vision_model,
+            "freeze_vision_projection": run.freeze_vision_projection,
+            "recompute": run.recompute,
+            "attention": cfg.attention,
+            **cfg.workload_options,
+        }
+        return ReferenceWorkload(
+            res.shape,
+            self.device,
+            cfg.resolved_logits(),
+            self.dist,
+            seed=cfg.seed,
+            layers=res.layers,
+            experts=res.experts,
+            **options,
+        )
+
+    def out_of_memory(self, name: str, where: str, e: BaseException) -> None:
+        if self.dist is not None:  # ranks cannot agree to skip a collective half-way: an OOM ends a torchrun audit
+            raise e
+        self.oom[name] = {
+            "where": where,
+            "error": str(e).splitlines()[0][:300],
+            "peak_mem_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
+        }
+        self.workload.recover()
+
+    def _open(self, inp: Input, images: str | None = None):
+        opts = loader_options(self.cfg, inp, self.workers, images, self.res)
+        try:
+            return self.factory(inp.source, opts), opts.to_dict()
+        except (ValueError, OSError) as e:
+            raise AuditError(f"cannot open source {inp.name}: {e}") from None
+
+    # ---------------------------------------------------------------- phase 1-2: inputs and census
+
+    def prepare(self, shards: list[str]) -> int | None:
+        """Inputs and census (real first: the twin covers the keys real's steps use); returns real's epoch in
+        global steps (None: no whole number of them, or no epoch ended)."""
+        cfg = self.cfg
+        merge = self.res.shape.vision.spatial_merge_size
+        for name in [REAL] + [s for s in cfg.sources if s != REAL]:
+            twin_keys = {k for ks in self.censuses[REAL].keys for k in ks} if REAL in self.censuses else None
+            self.inputs[name] = prepare_input(
+                name,
+                shards,
+                profile=cfg.profile,
+                seed=cfg.seed,
+                model=self.res.shape.loader_model,
+                work_dir=self.work_dir,
+                twin_keys=twin_keys,
+            )
+            loader, _ = self._open(self.inputs[name], images="shapes")
+            ahead = (max(1, self.workers) * 2 + self.n_micro) if name == REAL else 0  # DataLoader prefetch
+            total = self.horizon * self.n_micro + ahead
+            c = census(name, loader, total, self.workload, self.res.run.prepare, merge)
+            self.censuses[name] = c
+            if c.too_long:
+                raise AuditError(
+                    f"source {name}: {c.too_long} samples in the first {len(c.items)} micro-batches need more than "
+                    f"seq_length={self.res.run.seq_length} tokens (the longest needs {c.longest}); use "
+                    f"seq_length >= {-(-c.longest // 128) * 128}"
+                )
+        return self._epoch_steps()
+
+    def _epoch_steps(self) -> int | None:
+        micro = self.censuses[REAL].epoch_micro()
+        if self.dist is not None:  # ranks' shares differ by a sample: one window for all (the longest epoch)
+            micro = int(agree_max(self.dist, micro or 0)) or None
+        self.epoch_micro = micro
+        if micro is None:
+            return None
+        micro = max(1, micro - self.cfg.warmup * self.n_micro) if self.cfg.warmup else micro
+        return micro // self.n_micro if micro % self.n_micro == 0 else None
+
+    def min_steps(self, epoch: int | None) -> int:
+        if self.cfg.min_steps is not None:
+            return min(self.cfg.min_steps, self.cap)
+        micro = self.epoch_micro
+        return min(self.cap, max(1, math.ceil(micro / self.n_micro))) if micro else self.cap
+
+    # ---------------------------------------------------------------- phase 3: warm-up
+
+    def first_step(self) -> None:
+        """One full global step (optimizer state, gradient sync, main-gradient buffers), untimed."""
+        t = self.clock()
+        first = self.censuses[REAL].batches[0]
+        try:
+            self.workload.begin_step(1)
+            self.workload.micro(materialize(first))
+            self.workload.finish()
+        except torch.OutOfMemoryError as e:
+            self.out_of_memory(REAL, "first training step", e)
+        self.warm_stats["seconds"] += self.clock() - t
+        self.warm_stats["full_steps"] = 1
+
+    def warm(self, steps: range) -> None:
+        """Warm every shape item that the census's micro-batches of these global steps bring and nothing warmed
+        yet (untimed; every rank runs the same number of warm-up batches)."""
+        if not self.cfg.warm_shapes:
+            return
+        todo: list[tuple[str, dict]] = []
+        for name in self.cfg.sources:
+            if name in self.oom:
+                continue
+            c = self.censuses[name]
+            for i in range(steps.start * self.n_micro, min(len(c.items), steps.stop * self.n_micro)):
+                if c.items[i] - self.warmed:
+                    todo.append((name, c.batches[i]))
+                    self.warmed.update(c.items[i])
+        n = int(agree_max(self.dist, len(todo)))
+        t = self.clock()
+        for i in range(n):
+            name, batch = todo[min(i, len(todo) - 1)] if todo else (REAL, self.censuses[REAL].batches[0])
+            if name in self.oom:
+                continue
+            try:
+                self.workload.warm(materialize(batch))
+            except torch.OutOfMemoryError as e:
+                self.out_of_memory(name, "warm-up", e)
+        dt = self.clock() - t
+        self.warm_stats["batches"] += n
+        self.warm_stats["seconds"] += dt
+        if self.rounds:  # warm-ups between rounds: not part of the measuring budget
+            self.warm_stats["in_rounds"] += dt
+
+    def start_loaders(self) -> float:
+        """Start each source's live loader (its first batch's wait is start-up, reported apart), then the
+        optional untimed global steps; returns the seconds it took."""
+        t_lw = self.clock()
+        horizon = self.horizon * self.n_micro
+        for name in self.cfg.sources:
+            self.live[name], opts = self._open(self.inputs[name])
+            self.loader_records[name] = {
+                "source": self.inputs[name].name,
+                "kwargs": {k: v for k, v in opts.items() if isinstance(v, (int, float, str, bool, type(None)))},
+                "factory": f"{getattr(self.factory, '__module__', '?')}.{getattr(self.factory, '__qualname__', '?')}",
+            }
+            self.its[name] = _iterate(self.live[name], inline=False)
+            t0 = self.clock()
+            self.pending[name] = _next(self.its[name], name, 0, horizon)
+            self.startup[name] = (self.clock() - t0) * 1e3
+            if getattr(self.live[name], "last_epoch", None) is not None:
+                self.last_epoch[name] = self.live[name].last_epoch
+        for i in range(self.cfg.warmup):  # optional untimed global steps per source
+            for name in self.cfg.sources:
+                self.workload.begin_step(self.n_micro)
+                for j in range(self.n_micro):
+                    batch = self.pending.pop(name) if name in self.pending else _next(self.its[name], name, j, horizon)
+                    self.workload.micro(self.res.run.prepare(batch))
+                self.workload.finish()
+                self._note_epoch(name)
+        return self.clock() - t_lw
+
+    def _note_epoch(self, name: str) -> bool:
+        """Record the loader's epoch; True when this batch opened an epoch later than any before."""
+        ep = getattr(self.live[name], "last_epoch", None)
+        if ep is None:
+            return False
+        new = ep > self.last_epoch.get(name, ep)
+        self.last_epoch[name] = max(ep, self.last_epoch.get(name, ep))
+        return new
+
+    # ---------------------------------------------------------------- phase 4: measured rounds
+
+    def global_step(self, name: str, k: int) -> dict | None:
+        """One measured global step of ``name`` (its k-th); None when it ran out of memory."""
+        base = (self.cfg.warmup + k) * self.n_micro
+        parts, keys, wait_kind = [], [], "steady"
+        t0 = self.clock()
+        self.workload.begin_step(self.n_micro)
+        try:
+            for j in range(self.n_micro):
+                t_w = self.clock()
+                if name in self.pending:  # fetched at start-up: its wait is reported as start-up
+                    batch, kind = self.pending.pop(name), "startup_excluded"
+                else:
+                    batch, kind = _next(self.its[name], name, base + j, self.horizon * self.n_micro), "steady"
+                wait = (self.clock() - t_w) * 1e3 if kind == "steady" else 0.0
+                if self._note_epoch(name) and kind == "steady":
+                    wait_kind = "epoch_boundary"
+                batch = self.res.run.prepare(batch)
+                self.workload.micro(batch, wait)
+                parts.append({"batch": batch, "wait_ms": wait, "i": base + j})
+                keys += list(getattr(self.live[name], "last_keys", []) or [])
+            r = self.workload.finish()
+        except torch.OutOfMemoryError as e:
+            self.out_of_memory(name, f"step {k}", e)
+            return None
+        t2 = self.clock()
+        shapes = []
+        for p in parts:  # shapes and FLOPs: outside the timed region
+            items = self.workload.shape_items(p["batch"])
+            new = items - self.warmed
+            self.warmed.update(new)
+            c = self.censuses[name]
+            match = items == c.items[p["i"]] if p["i"] < len(c.items) else None
+            shapes.append(
+                {
+                    **micro_shape(self.workload, p["batch"]),
+                    "wait_ms": p["wait_ms"],
+                    "new_items": len(new),
+                    "match": match,
+                }
+            )
+        rec = global_record(shapes, r, step=k, rnd=self.rounds, step_ms=(t2 - t0) * 1e3, wait_kind=wait_kind, keys=keys)
+        return compose_record(rec, self.comp)
+
+    def run_rounds(self, min_steps: int, epoch: int | None) -> tuple[int, str | None, float]:
+        """Interleaved rounds until the stop rule says stop; returns (steps run, why it stopped, seconds)."""
+        cfg, n = self.cfg, len(self.cfg.sources)
+        done, stop = 0, None
+        t_measure = self.clock()
+        ctx = self.progress(n * min_steps) if self.progress else nullcontext(lambda k=1: None)
+        with ctx as advance:
+            while stop is None:
+                if done == min_steps and hasattr(advance, "set_total"):  # measuring on past min_steps
+                    advance.set_total(n * self.cap)
+                if self.rounds:
+                    self.warm(range(cfg.warmup + done, cfg.warmup + min(self.cap, done + self.block)))
+                for name in [cfg.sources[(self.rounds + j) % n] for j in range(n)]:
+                    for j in range(self.block):
+                        if name not in self.oom:
+                            rec = self.global_step(name, done + j)
+                            if rec is None:
+                                self.records[name] = []
+                            else:
+                                self.records[name].append(rec)
+                        advance(1)
+                done += self.block
+                self.rounds += 1
+                elapsed = self.clock() - t_measure - self.warm_stats["in_rounds"]  # the budget counts measuring only
+                stop = self.stop_reason(done, min_steps, epoch, elapsed)
+        return done, stop, self.clock() - t_measure - self.warm_stats["in_rounds"]
+
+    # ---------------------------------------------------------------- phase 5: stop rule
+
+    def stop_reason(self, done: int, min_steps: int, epoch: int | None, elapsed: float) -> str | None:
+        measured = {k: v for k, v in self.records.items() if k not in self.oom}
+        if not measured:
+            stop = "out_of_memory"
+        elif REAL in self.oom or len(measured) < 2:  # no gap to settle: the others' figures still count
+            stop = "out_of_memory" if done >= min(min_steps, self.cap) else None
+        else:
+            stop = _stop(
+                measured, self.cfg, self.world, done, self.cap, min_steps, epoch, elapsed, self.budget_s, self.block
+            )
+        if self.dist is not None:  # every rank stops together
+            stop = _agree_stop(self.dist, stop)
+        return stop
+
+    # ---------------------------------------------------------------- the result
+
+    def straggler_model(self, window: int, dp_sizes=DP_SIZES) -> dict | None:
+        """Data-parallel stragglers simulated from each source's census and a cost model fitted on every
+        measured micro-batch (``vlmdata.audit.straggler_model``); None without per-micro-batch times."""
+        recs = {n: v[:window] for n, v in self.records.items() if n not in self.oom and v}
+        micro = [
+            {**m, "source": n}
+            for n, rs in recs.items()
+            for r in rs
+            for m in r.get("micro") or []
+            if m.get("ms") is not None and m.get("tokens_total") is not None
+        ]
+        if REAL not in recs or len(micro) < 2:
+            return None
+        opt = [r["times_ms"].get("optimizer", 0.0) + r["times_ms"].get("grad_sync", 0.0) for r in recs[REAL]]
+        try:
+            cost = fit_cost_model(micro, optimizer_ms=sum(opt) / len(opt))
+            census = {n: [Sample(int(t), tuple(p)) for t, p in self.censuses[n].epoch_samples()] for n in recs}
+            run = self.res.run
+            sim = simulate(
+                census,
+                cost,
+                micro_batch_size=run.micro_batch_size,
+                micro_batches_per_rank=self.n_micro,
+                dp_sizes=dp_sizes,
+                padded_len=lambda longest, b: run.padded_length(longest),
+                sync="micro_batch" if run.ep > 1 else "step",
+                seed=self.cfg.seed,
+            )
+        except (AuditError, ValueError) as e:
+            return {"error": str(e)}
+        sim["scaling"] = (
+            f"weak scaling: {self.n_micro} micro-batches of {run.micro_batch_size} per rank and step at every DP "
+            "(GBS grows with DP)"
+        )
+        return sim
+
+    def source_result(self, name: str, window: int) -> dict:
+        stats = getattr(self.live.get(name), "stats", None)
+        if stats is not None and hasattr(stats, "to_json"):
+            self.loader_records[name]["stats"] = stats.to_json()
+        c = self.censuses[name]
+        recs = self.records[name][:window]
+        return {
+            "records": recs,
+            "loader": self.loader_records.get(name),
+            "world_size": self.world,
+            "paired": self.inputs[name].paired,
+            "definition": self.inputs[name].definition,
+            "startup_wait_ms": self.startup.get(name),
+            "census": {
+                "micro_batches": len(c.items),
+                "samples": sum(len(b) for b in c.samples),
+                "longest_tokens": c.longest,
+                "mismatched_steps": sum(1 for r in recs if r["census_match"] is False),
+                "epoch_samples": c.epoch_samples(),
+            },
+            "pairing": (
+                _pairing(recs, self.records[REAL][:window])
+                if self.inputs[name].paired and REAL not in self.oom
+                else None
+            ),
+            "oom": self.oom.get(name),
+        }
 
 
 def run_audit(
@@ -316,289 +665,81 @@ def run_audit(
         workload: a workload object (``vlmdata.audit.workloads``' interface) instead of the one ``cfg`` names.
 
     Returns:
-        ``{"config", "environment", "workload", "measurement", "sources": {name: {"records", "loader",
-        "world_size", "paired", "definition", "startup_wait_ms", "census"}}}``.
+        ``{"config", "run", "environment", "workload", "measurement", "sources": {name: {"records", "loader",
+        "world_size", "paired", "definition", "startup_wait_ms", "census", "pairing", "oom"}}}``; a record
+        is one global step.
     """
     cfg.check()
-    factory = loader_factory or default_loader_factory()
-    main = dist is None or dist.is_main
-    world = dist.world_size if dist is not None else 1
-    device = dist.device if dist is not None else cfg.device
-    work_dir = out_dir if (out_dir and main) else tempfile.mkdtemp(prefix="vlmdata-audit-")
-    logits = cfg.resolved_logits()
-    workers = cfg.num_workers if cfg.num_workers is not None else default_workers(device, len(cfg.sources), world)
-    cap = cfg.steps_cap()
-    horizon = cfg.warmup + cap
     t_start = clock()
-
+    a = _Audit(cfg, loader_factory or default_loader_factory(), out_dir, dist, progress, clock, workload)
     shards = real_shards(cfg.resolved_real())
-    if workload is None:
-        workload = (
-            UserWorkload(cfg.step, device, cfg.workload_options)
-            if cfg.step
-            else ReferenceWorkload(cfg.preset, device, logits, dist, seed=cfg.seed, **cfg.workload_options)
-        )
-    oom: dict[str, dict] = {}  # source -> where it ran out of memory (the run goes on without it)
-
-    def out_of_memory(name: str, where: str, e: BaseException) -> None:
-        if dist is not None:  # ranks cannot agree to skip a collective half-way: an OOM ends a torchrun audit
-            raise e
-        oom[name] = {
-            "where": where,
-            "error": str(e).splitlines()[0][:300],
-            "peak_mem_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
-        }
-        workload.recover()
-
     result: dict[str, Any] = {
         "config": {
             **asdict(cfg),
             "sources": list(cfg.sources),
-            "logits": logits,
-            "num_workers": workers,
+            "logits": cfg.resolved_logits(),
+            "num_workers": a.workers,
             "real": cfg.resolved_real(),
-            "max_steps": cap,
+            "max_steps": a.cap,
+            "block": a.block,
+            "budget_s": a.budget_s,
+            "seq_length": a.res.run.seq_length,
+            "micro_batch_size": a.res.run.micro_batch_size,
+            "global_batch_size": a.res.run.global_batch,
+            "micro_batches": a.n_micro,
         },
-        "environment": environment(device),
-        "workload": workload.describe(),
+        "run": a.res.describe(),
+        "environment": environment(a.device),
+        "workload": a.workload.describe(),
         "sources": {},
     }
     try:
-        # 1-2. inputs and census (real first: the synthetic twin covers the keys real's steps use)
         t_prep = clock()
-        inputs: dict[str, Input] = {}
-        censuses: dict[str, _Census] = {}
-        for name in [REAL] + [s for s in cfg.sources if s != REAL]:
-            # the twin covers the census steps plus what the loader's workers prefetch beyond them
-            twin_keys = {k for ks in censuses[REAL].keys for k in ks} if REAL in censuses else None
-            inputs[name] = prepare_input(
-                name,
-                shards,
-                profile=cfg.profile,
-                seed=cfg.seed,
-                model=cfg.model_family,
-                work_dir=work_dir,
-                twin_keys=twin_keys,
-            )
-            loader, _ = _open(factory, inputs[name], cfg, workers, images="shapes")
-            ahead = (max(1, workers) * 2 + cfg.block) if name == REAL else 0  # DataLoader prefetch: 2 per worker
-            censuses[name] = c = census(name, loader, horizon + ahead, workload)
-            if c.too_long:
-                raise AuditError(
-                    f"source {name}: {c.too_long} of {c.samples} samples in the first {len(c.items)} steps need more "
-                    f"than seq_length={cfg.seq_length} tokens (the longest needs {c.longest}); use seq_length >= "
-                    f"{-(-c.longest // 128) * 128}"
-                )
-        epoch = censuses[REAL].epoch_steps()
-        if epoch is not None:
-            epoch = max(1, epoch - cfg.warmup) if cfg.warmup else epoch
-        if dist is not None:  # ranks' shares differ by a sample: one window for all (the longest epoch)
-            epoch = int(agree_max(dist, epoch or 0)) or None
-        min_steps = cfg.min_steps if cfg.min_steps is not None else min(epoch or cap, cap)
+        epoch = a.prepare(shards)
+        min_steps = a.min_steps(epoch)
         prep_s = clock() - t_prep
-
-        # 3. warm-up: one full step (optimizer, gradient sync), then every shape item of the first round
-        warmed: set = set()
-        warm_stats = {"batches": 0, "seconds": 0.0, "in_rounds": 0.0}
-        rounds = 0
-        first = censuses[REAL].batches[0]
-        t_w = clock()
-        workload.begin_step()
-        try:
-            workload(materialize(first))
-        except torch.OutOfMemoryError as e:
-            out_of_memory(REAL, "first training step", e)
-        warm_stats["seconds"] += clock() - t_w
-        warm_stats["full_steps"] = 1
-
-        def warm_up(indices: dict[str, range]) -> None:
-            """Warm every shape item the given census steps bring that nothing warmed yet (untimed)."""
-            todo: list[tuple[str, dict]] = []
-            if not cfg.warm_shapes:
-                return
-            for name, idx in indices.items():
-                if name in oom:
-                    continue
-                for i in idx:
-                    if censuses[name].items[i] - warmed:
-                        todo.append((name, censuses[name].batches[i]))
-                        warmed.update(censuses[name].items[i])
-            n = int(agree_max(dist, len(todo)))  # every rank runs the same number of warm-up steps
-            t = clock()
-            for i in range(n):
-                name, batch = todo[min(i, len(todo) - 1)] if todo else (REAL, first)
-                if name in oom:
-                    continue
-                try:
-                    workload.warm(materialize(batch))
-                except torch.OutOfMemoryError as e:
-                    out_of_memory(name, "warm-up", e)
-            dt = clock() - t
-            warm_stats["batches"] += n
-            warm_stats["seconds"] += dt
-            if rounds:  # warm-ups between rounds: not part of the measuring budget
-                warm_stats["in_rounds"] += dt
-
-        live: dict[str, Any] = {}
-        its: dict[str, Iterator] = {}
-        pending: dict[str, Any] = {}
-        startup: dict[str, float] = {}
-        loader_records: dict[str, dict] = {}
-        last_epoch: dict[str, Any] = {}
-        warm_up({name: range(0, min(horizon, cfg.warmup + cfg.block)) for name in cfg.sources})
-        t_lw = clock()
-        for name in cfg.sources:  # start each loader; its first batch's wait is start-up, reported apart
-            live[name], opts = _open(factory, inputs[name], cfg, workers)
-            loader_records[name] = {
-                "source": inputs[name].name,
-                "kwargs": {k: v for k, v in opts.items() if isinstance(v, (int, float, str, bool, type(None)))},
-                "factory": f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', '?')}",
-            }
-            its[name] = _iterate(live[name], inline=False)
-            t0 = clock()
-            pending[name] = _next(its[name], name, 0, horizon)
-            startup[name] = (clock() - t0) * 1e3
-            if getattr(live[name], "last_epoch", None) is not None:
-                last_epoch[name] = live[name].last_epoch
-        for i in range(cfg.warmup):  # optional untimed full steps per source
-            for name in cfg.sources:
-                batch = pending.pop(name) if name in pending else _next(its[name], name, i, horizon)
-                workload.begin_step()
-                workload(batch)
-                if getattr(live[name], "last_epoch", None) is not None:
-                    last_epoch[name] = max(live[name].last_epoch, last_epoch.get(name, 0))
-        loader_warm_s = clock() - t_lw
-
-        # 4. interleaved rounds
-        records: dict[str, list] = {name: [] for name in cfg.sources}
-        n = len(cfg.sources)
-        done, stop_reason = 0, None
-        t_measure = clock()
-        ctx = progress(n * min_steps) if progress else nullcontext(lambda k=1: None)  # the expected steps
-        with ctx as advance:
-            while stop_reason is None:
-                if done == min_steps and hasattr(advance, "set_total"):  # measuring on past min_steps
-                    advance.set_total(n * cap)
-                if rounds:
-                    warm_up(
-                        {
-                            name: range(cfg.warmup + done, cfg.warmup + min(cap, done + cfg.block))
-                            for name in cfg.sources
-                        }
-                    )
-                for name in [cfg.sources[(rounds + j) % n] for j in range(n)]:
-                    for j in range(cfg.block):
-                        if name in oom:
-                            advance(1)
-                            continue
-                        k = done + j
-                        idx = cfg.warmup + k
-                        t0 = clock()
-                        if name in pending:  # fetched at start-up: its wait is reported as start-up
-                            batch, kind = pending.pop(name), "startup_excluded"
-                        else:
-                            batch, kind = _next(its[name], name, idx, horizon), "steady"
-                        t1 = clock()
-                        workload.begin_step()
-                        try:
-                            r = workload(batch)
-                        except torch.OutOfMemoryError as e:
-                            out_of_memory(name, f"step {k}", e)
-                            records[name] = []
-                            advance(1)
-                            continue
-                        t2 = clock()
-                        items = workload.shape_items(batch)
-                        new = items - warmed
-                        warmed.update(new)
-                        ep = getattr(live[name], "last_epoch", None)
-                        if kind == "steady" and ep is not None and ep > last_epoch.get(name, ep):
-                            kind = "epoch_boundary"  # the first batch of an epoch later than any before
-                        if ep is not None:
-                            last_epoch[name] = max(ep, last_epoch.get(name, ep))
-                        records[name].append(
-                            _record(
-                                workload,
-                                batch,
-                                r,
-                                name=name,
-                                step=k,
-                                rnd=rounds,
-                                t0=t0,
-                                t1=t1,
-                                t2=t2,
-                                wait_kind=kind,
-                                new_items=len(new),
-                                match=items == censuses[name].items[idx],
-                                keys=list(getattr(live[name], "last_keys", []) or []),
-                            )
-                        )
-                        advance(1)
-                done += cfg.block
-                rounds += 1
-                elapsed = clock() - t_measure - warm_stats["in_rounds"]  # the budget counts measuring only
-                measured = {k: v for k, v in records.items() if k not in oom}
-                if not measured:
-                    stop_reason = "out_of_memory"
-                elif REAL in oom or len(measured) < 2:  # no gap to settle: the others' figures still count
-                    stop_reason = "out_of_memory" if done >= min(min_steps, cap) else None
-                else:
-                    stop_reason = _stop(measured, cfg, world, done, cap, min_steps, epoch, elapsed)
-                if dist is not None:  # every rank stops together
-                    stop_reason = _agree_stop(dist, stop_reason)
-        measure_s = clock() - t_measure - warm_stats["in_rounds"]
+        a.first_step()
+        a.warm(range(0, min(a.horizon, cfg.warmup + a.block)))
+        loader_warm_s = a.start_loaders()
+        done, stop, measure_s = a.run_rounds(min_steps, epoch)
         window = _window(done, epoch)
-        records = {name: recs[:window] for name, recs in records.items()}
-        measured = {k: v for k, v in records.items() if k not in oom}
+        measured = {k: v[:window] for k, v in a.records.items() if k not in a.oom}
         open_items = []
         if REAL in measured and len(measured) > 1:
             _, open_items = settled(
-                _runs(measured, world),
+                _runs(measured, a.world),
                 threshold=cfg.threshold,
                 proxy_tolerance=cfg.proxy_tolerance,
                 precision=cfg.precision,
                 seed=cfg.seed,
             )
         for name in cfg.sources:
-            stats = getattr(live[name], "stats", None)
-            if stats is not None and hasattr(stats, "to_json"):
-                loader_records[name]["stats"] = stats.to_json()
-            c = censuses[name]
-            result["sources"][name] = {
-                "records": records[name],
-                "loader": loader_records[name],
-                "world_size": world,
-                "paired": inputs[name].paired,
-                "definition": inputs[name].definition,
-                "startup_wait_ms": startup.get(name),
-                "census": {
-                    "steps": len(c.items),
-                    "samples": c.samples,
-                    "longest_tokens": c.longest,
-                    "mismatched_steps": sum(1 for r in records[name] if r["census_match"] is False),
-                },
-                "pairing": _pairing(records[name], records[REAL]) if inputs[name].paired and REAL not in oom else None,
-                "oom": oom.get(name),
-            }
+            result["sources"][name] = a.source_result(name, window)
+        result["composition"] = a.comp.describe()
+        result["straggler_model"] = a.straggler_model(window)
+        n = len(cfg.sources)
         result["measurement"] = {
             "method": "interleaved",
-            "block": cfg.block,
-            "rounds": rounds,
+            "unit": "global step",
+            "micro_batches_per_step": a.n_micro,
+            "block": a.block,
+            "rounds": a.rounds,
             "steps_run": done,
             "steps_per_source": window,
             "real_epoch_steps": epoch,
-            "stop": stop_reason,
+            "real_epoch_micro_batches": a.epoch_micro,
+            "stop": stop,
             "open": open_items,
             "min_steps": min_steps,
-            "max_steps": cap,
-            "budget_s": cfg.budget_s,
+            "max_steps": a.cap,
+            "budget_s": a.budget_s,
             "precision": cfg.precision,
             "order_first_round": [cfg.sources[j % n] for j in range(n)],
             "warmup": {
-                "shape_batches": warm_stats["batches"],
-                "full_steps": warm_stats["full_steps"],
-                "shape_items": len(warmed),
-                "seconds": warm_stats["seconds"],
+                "shape_batches": a.warm_stats["batches"],
+                "full_steps": a.warm_stats["full_steps"],
+                "shape_items": len(a.warmed),
+                "seconds": a.warm_stats["seconds"],
                 "loader_steps_per_source": cfg.warmup,
                 "loader_seconds": loader_warm_s,
             },
@@ -608,13 +749,13 @@ def run_audit(
             "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         }
     finally:
-        workload.close()
+        a.workload.close()
     return result
 
 
 def _window(done: int, epoch: int | None) -> int:
-    """Steps the figures use: whole epochs of real when at least one was measured (every sample weighs the
-    same), else every step run."""
+    """Global steps the figures use: whole epochs of real when an epoch is a whole number of global steps and
+    at least one was measured (every sample weighs the same), else every step run."""
     return done if not epoch or done < epoch else done - done % epoch
 
 
@@ -627,18 +768,20 @@ def _stop(
     min_steps: int,
     epoch: int | None,
     elapsed: float,
+    budget_s: float,
+    block: int,
 ) -> str | None:
     """Why to stop after this round (None: go on). The settled check runs on the whole-epoch window."""
     if done >= cap:
         return "max_steps"
-    if elapsed >= cfg.budget_s and done >= min(min_steps, cap):
+    if elapsed >= budget_s and done >= min(min_steps, cap):
         return "budget"
     if done >= min_steps:
         window = _window(done, epoch)
-        fresh = epoch is None or window == done or done - window < cfg.block  # a window just completed
+        fresh = epoch is None or window == done or done - window < block  # a window just completed
         if fresh and _settled({k: v[:window] for k, v in records.items()}, cfg, world):
             return "settled"
-    if elapsed >= 4 * cfg.budget_s:  # min_steps cannot be reached in reasonable time
+    if elapsed >= 4 * budget_s:  # min_steps cannot be reached in reasonable time
         return "budget"
     return None
 

@@ -1,37 +1,49 @@
-"""One timed training step of the reference model on a Bridge-format batch.
+"""Timed training steps of the reference model on Bridge-format batches, with Bridge's step semantics.
 
-Batch (REFERENCE.md section 3): ``input_ids``/``labels`` int64 [B,S] (labels already shifted,
--100 ignored), ``loss_mask`` float32 [B,S], ``position_ids`` [B,S], optional ``attention_mask``,
-``visual_inputs`` (dict or object) with ``pixel_values`` float32 [sum patches, 1536] and
-``image_grid_thw`` int64 [n_images, 3]; text-only batches have ``pixel_values`` None.
+Batch (REFERENCE.md section 3): ``input_ids``/``labels`` int64 [B,S] (labels already shifted, -100
+ignored), ``loss_mask`` float32 [B,S], ``position_ids`` [B,S], ``visual_inputs`` (dict or object) with
+``pixel_values`` float32 [sum patches, 3*2*p*p] and ``image_grid_thw`` int64 [n_images, 3]; text-only
+batches have ``pixel_values`` None. A packed batch (``cu_seqlens_q``, one row [1, T] of several samples)
+runs each sample's attention within its own boundaries. ``attention_mask`` is ignored, as Bridge's step
+ignores it by default (``skip_getting_attention_mask_from_dataset``): padded rows attend causally.
 
-Stages, in order (each a contiguous interval, so they sum to ``total``):
+One **global step** (Megatron Bridge's ``train_step``) = ``begin()``, ``micro(batch)`` for each of the
+GBS/(MBS*DP) micro-batches (forward and backward; gradients accumulate), ``finish()`` (the data-parallel
+gradient sync, then one optimizer step over every trainable parameter). Like Megatron's DDP buffers, the
+optimizer steps every trainable parameter each global step, with a zero gradient where a micro-batch gave
+none (an image-free batch leaves the vision tower without gradients; Megatron still steps it).
+``step(batch)`` (``__call__``) is a global step of one micro-batch.
 
-``prep``           host: batch checks and the MRoPE position ids (``get_rope_index`` on CPU)
-``h2d``            host-to-device copy of every batch tensor
-``forward_other``  token embedding, splitting/scattering image features into the sequence
-``vision``         vision tower: patch embed, position embeddings, ViT blocks
-``projector``      merger + DeepStack mergers (they run interleaved with the blocks)
-``lm_forward``     decoder layers (with DeepStack additions) and final norm
-``lm_head_loss``   lm_head (over all tokens, or loss tokens only) and the masked-mean cross entropy
-``backward``       the whole backward pass (one block: vision and decoder are not split)
-``optimizer``      (fp32 master gradients,) gradient clipping, AdamW step, zero_grad
+Stages of a global step (``STAGES``; they add up to the step's wall time, up to ``other``):
 
-Timing: forward hooks on ``model.model.visual``, its mergers, ``model.model.language_model``
-and ``lm_head`` place marks.  On CUDA a mark is a ``torch.cuda.Event`` recorded on the current
-stream (no sync); the only sync this module adds is one ``torch.cuda.synchronize()`` after the
-optimizer, then intervals are read with ``elapsed_time``.  Event intervals measure the GPU
-stream's timeline, so host stalls (launch overhead, syncs) that starve the GPU count in the
-stage where they happen.  Note that transformers' own code syncs inside the forward (the
-vision tower's ``grid_thw.tolist()``, the per-image ``split`` in SDPA vision attention once per
-block, ``split_sizes.tolist()`` when splitting image features); those belong to the workload.
-On CPU, marks are ``time.perf_counter()``.
+``data_wait``        time the step waited for data: the first micro-batch's wait (nothing was queued on the
+                     device yet) plus, for later ones, the part of the device's idle gap before the
+                     micro-batch that the host spent blocked on the loader (passed in as ``wait_ms``)
+``prep``             host work per micro-batch: batch checks, MRoPE position ids (``get_rope_index``), the
+                     vision tower's index tensors (``kernels.vision_kwargs``), counted where the device idled
+``h2d``              host-to-device copies of the batch
+``forward_other``    token embedding, splitting/scattering image features into the sequence
+``vision``           vision tower: patch embed, position embeddings, ViT blocks
+``projector``        merger + DeepStack mergers (they run interleaved with the blocks)
+``lm_forward``       decoder layers (with DeepStack additions) and final norm
+``lm_head_loss``     lm_head (over all tokens, or loss tokens only) and the masked-mean cross entropy
+``backward_head``    backward of the loss, lm_head and final norm
+``backward_decoder`` backward of the decoder layers
+``backward_vision``  the rest of the backward: embeddings, projector and vision tower
+``host_gap``         device idle between micro-batches not explained by data wait or prep (launch latency)
+``grad_sync``        the data-parallel gradient all-reduce (torchrun), once per global step
+``optimizer``        (fp32 master gradients,) gradient clipping, AdamW, zero_grad, once per global step
 
-MRoPE: transformers' Qwen3-VL expands 2-D ``position_ids`` to the same value on the t/h/w
-axes, i.e. plain 1-D RoPE.  Like Bridge's Qwen3-VL model, this step ignores the batch's
-``position_ids`` when images are present and computes the 3-D MRoPE ids from ``input_ids`` and
-``image_grid_thw`` (``model.model.get_rope_index``) on the host, in ``prep``.  Text-only batches
-use the batch's ``position_ids`` as given.
+Timing: hooks place marks (forward hooks on the vision tower, its mergers, the decoder and ``lm_head``;
+tensor hooks in the backward on the last decoder layer's output and the first layer's input). On CUDA a
+mark is a ``torch.cuda.Event`` on the current stream (no sync); ``finish`` syncs once and reads the
+intervals, so the stages measure the device's timeline and host stalls count where they happen. On CPU
+marks are ``time.perf_counter()``. ``finish`` also returns each micro-batch's device time (``micro_ms``:
+its first to last mark), the input of the data-parallel straggler model.
+
+MRoPE: like Bridge's Qwen3-VL model, the step computes the 3-D MRoPE ids from ``input_ids`` and
+``image_grid_thw`` (``model.model.get_rope_index``) on the host, per sample for a packed row; text-only
+batches use the batch's ``position_ids``.
 """
 
 from __future__ import annotations
@@ -43,10 +55,28 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from vlmdata.audit import kernels
 from vlmdata.audit.model import VIDEO_TOKEN_ID
 from vlmdata.errors import VlmdataError
 
-STAGES = ("prep", "h2d", "forward_other", "vision", "projector", "lm_forward", "lm_head_loss", "backward", "optimizer")
+STAGES = (
+    "data_wait",
+    "prep",
+    "h2d",
+    "forward_other",
+    "vision",
+    "projector",
+    "lm_forward",
+    "lm_head_loss",
+    "backward_head",
+    "backward_decoder",
+    "backward_vision",
+    "host_gap",
+    "grad_sync",
+    "optimizer",
+)
+FORWARD_STAGES = ("forward_other", "vision", "projector", "lm_forward", "lm_head_loss")
+BACKWARD_STAGES = ("backward_head", "backward_decoder", "backward_vision")
 
 
 class ImagePadMismatch(VlmdataError, ValueError):
@@ -62,8 +92,8 @@ def _get(obj, key) -> Any:
 def check_batch(batch: dict, config) -> None:
     """Raise ``ImagePadMismatch``/``ValueError`` if the batch cannot run on the model.
 
-    Each image needs one contiguous run of exactly ``t*(h/2)*(w/2)`` ``<|image_pad|>`` tokens
-    (``image_grid_thw`` = (t, h, w) in 16-px patches), runs taken in row-major order over the
+    Each image needs one contiguous run of exactly ``t*(h/m)*(w/m)`` ``<|image_pad|>`` tokens
+    (``image_grid_thw`` = (t, h, w) in patches, m the spatial merge), runs taken in row-major order over the
     batch, as Qwen-VL processors expand every image placeholder (REFERENCE.md section 6).
     """
     ids = batch["input_ids"]
@@ -111,20 +141,43 @@ def check_batch(batch: dict, config) -> None:
         )
 
 
+def _rope(model, ids: torch.Tensor, grid: torch.Tensor | None) -> torch.Tensor:
+    kw: dict[str, Any] = {"image_grid_thw": grid, "attention_mask": None}
+    if "mm_token_type_ids" in inspect.signature(model.model.get_rope_index).parameters:
+        kw["mm_token_type_ids"] = (ids == model.config.image_token_id).to(torch.int32)  # transformers >= 5.2x
+    pos, _ = model.model.get_rope_index(ids, **kw)
+    return pos
+
+
 def mrope_position_ids(model, batch: dict) -> torch.Tensor | None:
-    """Position ids to pass to the model: [3,B,S] MRoPE ids when images are present (computed
-    from input_ids and grids on the host), else the batch's ``position_ids`` (or None)."""
+    """Position ids to pass to the model: [3,B,S] MRoPE ids when images are present (computed from input_ids
+    and grids on the host; per sample within a packed row), else the batch's ``position_ids`` (or None)."""
     vis = batch.get("visual_inputs")
     grid = _get(vis, "image_grid_thw")
     if _get(vis, "pixel_values") is None:
         return batch.get("position_ids")
     ids = batch["input_ids"].cpu()
-    am = batch.get("attention_mask")
-    kw = {"image_grid_thw": grid.cpu(), "attention_mask": None if am is None else am.cpu()}
-    if "mm_token_type_ids" in inspect.signature(model.model.get_rope_index).parameters:
-        kw["mm_token_type_ids"] = (ids == model.config.image_token_id).to(torch.int32)  # transformers >= 5.2x
-    pos, _ = model.model.get_rope_index(ids, **kw)
-    return pos
+    grid = grid.cpu()
+    cu = batch.get("cu_seqlens_q")
+    if cu is None:
+        return _rope(model, ids, grid)
+    m2 = model.config.vision_config.spatial_merge_size**2
+    per_image = (grid.prod(-1) // m2).tolist()
+    parts, g0 = [], 0
+    bounds = cu.tolist()
+    for s, e in zip(bounds[:-1], bounds[1:]):
+        seg = ids[:, s:e]
+        n_vis, k = int((seg == model.config.image_token_id).sum()), 0
+        while n_vis > 0 and g0 + k < len(per_image) and n_vis >= per_image[g0 + k]:
+            n_vis -= per_image[g0 + k]
+            k += 1
+        sub = grid[g0 : g0 + k] if k else None
+        parts.append(_rope(model, seg, sub) if k else torch.arange(e - s).view(1, 1, -1).expand(3, 1, -1))
+        g0 += k
+    tail = ids.shape[1] - bounds[-1]
+    if tail > 0:  # alignment padding after the last sample
+        parts.append(torch.arange(tail).view(1, 1, -1).expand(3, 1, -1))
+    return torch.cat(parts, dim=-1)
 
 
 class _Marks:
@@ -174,14 +227,14 @@ class LossForward(torch.nn.Module):
         super().__init__()
         self.model, self.logits = model, logits
 
-    def forward(self, ids, labels, lmask, am, pos, pv, grid):
+    def forward(self, ids, labels, lmask, pos, pv, grid, **vision_kw):
         hidden = self.model.model(
             input_ids=ids,
-            attention_mask=am,
             position_ids=pos,
             pixel_values=pv,
             image_grid_thw=grid if pv is not None else None,
             use_cache=False,
+            **(vision_kw if pv is not None else {}),
         ).last_hidden_state
         if self.logits == "loss":  # boolean indexing: a device sync on CUDA
             sel = lmask > 0
@@ -192,19 +245,27 @@ class LossForward(torch.nn.Module):
 class MasterAdamW:
     """AdamW on fp32 master copies of low-precision (bf16) parameters, Megatron-style.
 
-    ``step`` casts the bf16 gradients to fp32, optionally clips them, steps AdamW on the
-    masters and copies the result back into the bf16 parameters.  Memory per parameter:
-    4 (master) + 8 (moments) + 4 (fp32 gradients while stepping).
+    ``step`` writes each bf16 gradient into a persistent fp32 main-gradient buffer (zero where the global
+    step gave the parameter no gradient: Megatron's DDP keeps a buffer for every trainable parameter),
+    optionally clips, steps AdamW on the masters and copies the result back into the bf16 parameters.
+    Memory per parameter: 4 (master) + 4 (main gradient) + 8 (moments).
     """
 
     def __init__(self, params, lr: float = 1e-4, weight_decay: float = 0.0, fused: bool | None = None):
         self.params = [p for p in params if p.requires_grad]
         self.master = [p.detach().float().clone() for p in self.params]
+        for m in self.master:
+            m.grad = torch.zeros_like(m)
         self.optimizer = torch.optim.AdamW(self.master, lr=lr, weight_decay=weight_decay, fused=fused)
 
     def step(self, clip_grad: float | None = None) -> None:
-        for p, m in zip(self.params, self.master):
-            m.grad = None if p.grad is None else p.grad.float()
+        with torch.no_grad():
+            for p, m in zip(self.params, self.master):
+                assert m.grad is not None  # persistent main gradients
+                if p.grad is None:
+                    m.grad.zero_()
+                else:
+                    m.grad.copy_(p.grad)
         if clip_grad:
             torch.nn.utils.clip_grad_norm_(self.master, clip_grad)
         self.optimizer.step()
@@ -212,23 +273,36 @@ class MasterAdamW:
             torch._foreach_copy_(self.params, self.master)  # pyright: ignore[reportPrivateImportUsage]  # public op, not in torch's __all__
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for p, m in zip(self.params, self.master):
-            p.grad = m.grad = None
+        for p in self.params:
+            p.grad = None
+
+
+def _fill_missing_grads(params) -> None:
+    """A zero gradient for every trainable parameter without one (Megatron steps every parameter)."""
+    for p in params:
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
 
 
 class TrainStep:
-    """Callable training step with stage timing. ``TrainStep(model)(batch) -> dict``.
+    """Global training steps with stage timing (see the module docstring).
 
-    Default optimizer: AdamW (fused on CUDA) for fp32 weights; for bf16 weights
-    ``MasterAdamW`` (fp32 masters) when ``master_weights`` (default: the preset's
-    ``model.vlmdata_master_weights``), else AdamW with bf16 moments.  No autocast is used:
-    CUDA runs bf16 weights (see ``build_model``), CPU fp32.
-    ``logits="all"`` runs lm_head on every token like Bridge/Megatron; ``"loss"`` only on
-    tokens with ``loss_mask > 0`` (a cheaper variant, used by the CPU tests: with a 151,936-row
-    vocabulary the lm_head and loss dominate a tiny model's step).
-    The returned dict has ``loss`` (float), ``times_ms`` (one key per stage in ``STAGES`` plus
-    ``total``), ``wall_ms`` (host clock over the whole call), ``peak_mem_bytes`` (CUDA max
-    allocated since the last ``reset_peak_memory``, None on CPU), ``timer`` and ``device``.
+    ``begin()``; ``micro(batch, wait_ms=0.0)`` per micro-batch; ``finish() -> dict``; or ``step(batch)``
+    (``__call__``) for a one-micro-batch global step.
+
+    Default optimizer: AdamW (fused on CUDA) for fp32 weights; for bf16 weights ``MasterAdamW`` (fp32
+    masters and main gradients) when ``master_weights`` (default: the model's ``vlmdata_master_weights``),
+    else AdamW with bf16 moments. No autocast: CUDA runs bf16 weights (``build_model``), CPU fp32.
+    ``logits="all"`` runs lm_head on every token like Bridge/Megatron; ``"loss"`` only on tokens with
+    ``loss_mask > 0`` (a cheaper variant for CPU tests: a 151,936-row vocabulary dominates a tiny model).
+    ``grad_sync``: called once per global step after the last backward (the data-parallel all-reduce).
+    ``fsdp``: the forward module is an FSDP2 root; gradient reduce-scatter runs on the last micro-batch only.
+
+    ``finish()`` returns ``loss`` (mean over micro-batches), ``times_ms`` (every stage of ``STAGES`` plus
+    ``total``), ``micro_ms`` (device time of each micro-batch) and ``micro_decoder_ms`` (its decoder layers'
+    forward + backward), ``data_wait_ms`` (the ``data_wait`` stage),
+    ``wall_ms``, ``peak_mem_bytes`` (CUDA max allocated since ``reset_peak_memory``; None on CPU),
+    ``timer`` and ``device``.
     """
 
     def __init__(
@@ -242,39 +316,61 @@ class TrainStep:
         master_weights: bool | None = None,
         check: bool = True,
         logits: str = "all",
-        after_backward=None,
+        grad_sync=None,
         forward_module: LossForward | None = None,
+        fsdp: bool = False,
     ):
         p = next(model.parameters())
-        self.after_backward = after_backward  # e.g. the data-parallel gradient all-reduce (timed in backward)
+        self.grad_sync, self.fsdp = grad_sync, fsdp
         self.model, self.device = model, p.device
         self.cuda = self.device.type == "cuda"
         if master_weights is None:
             master_weights = getattr(model, "vlmdata_master_weights", True)
         fused = True if self.cuda else None
+        trainable = [q for q in model.parameters() if q.requires_grad]
         if optimizer is None and p.dtype != torch.float32 and master_weights:
-            optimizer = MasterAdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=fused)
+            optimizer = MasterAdamW(trainable, lr=lr, weight_decay=weight_decay, fused=fused)
         elif optimizer is None:
-            optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=fused)
+            optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay, fused=fused)
         if logits not in ("all", "loss"):
             raise ValueError(f"logits must be 'all' or 'loss', got {logits!r}")
         self.optimizer, self.clip_grad, self.check, self.logits = optimizer, clip_grad, check, logits
+        self.trainable = trainable
         self.forward_module = forward_module or LossForward(model, logits)  # FSDP passes its sharded root
         self.marks = _Marks(self.cuda)
-        vis = model.model.visual
-        pre = lambda name: lambda mod, args: self.marks(name)  # noqa: E731
-        post = lambda name: lambda mod, args, out: self.marks(name)  # noqa: E731
-        self._hooks = [
+        self._hooks = self._install_hooks(model)
+        self._micro: list[dict] = []
+        self._losses: list[torch.Tensor] = []
+        self.n_micro = 1
+
+    def _install_hooks(self, model) -> list:
+        vis, lm = model.model.visual, model.model.language_model
+        marks = self.marks
+        pre = lambda name: lambda mod, args: marks(name)  # noqa: E731
+        post = lambda name: lambda mod, args, out: marks(name)  # noqa: E731
+
+        def grad_mark(name):
+            def hook(mod, args):
+                x = args[0] if args else None
+                if marks.on and isinstance(x, torch.Tensor) and x.requires_grad:
+                    x.register_hook(lambda g: (marks(name), None)[1])
+
+            return hook
+
+        hooks = [
             vis.register_forward_pre_hook(pre("vision_start")),
             vis.register_forward_hook(post("vision_end")),
-            model.model.language_model.register_forward_pre_hook(pre("lm_start")),
+            lm.register_forward_pre_hook(pre("lm_start")),
             model.lm_head.register_forward_pre_hook(pre("head_start")),
+            lm.norm.register_forward_pre_hook(grad_mark("bwd_head_end")),  # its input's gradient: head done
+            lm.layers[0].register_forward_pre_hook(grad_mark("bwd_decoder_end")),  # layer 0's input: decoder done
         ]
-        for merger in [vis.merger, *vis.deepstack_merger_list]:
-            self._hooks += [
+        for merger in [vis.merger, *getattr(vis, "deepstack_merger_list", [])]:
+            hooks += [
                 merger.register_forward_pre_hook(pre("proj_start")),
                 merger.register_forward_hook(post("proj_end")),
             ]
+        return hooks
 
     def __enter__(self) -> "TrainStep":
         return self
@@ -292,98 +388,174 @@ class TrainStep:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
 
-    def _forward_loss(self, batch: dict, pos) -> torch.Tensor:
+    # ------------------------------------------------------------------ one micro-batch
+
+    def _host_inputs(self, batch: dict) -> tuple[Any, dict]:
+        """Host-side preparation: checks, MRoPE ids, the vision tower's index tensors (fast path)."""
+        if self.check:
+            check_batch(batch, self.model.config)
+        pos = mrope_position_ids(self.model, batch)
+        grid = _get(batch.get("visual_inputs"), "image_grid_thw")
+        vkw = {}
+        fast = getattr(self.model.config.vision_config, "_attn_implementation", None) == kernels.VARLEN
+        if fast and grid is not None and _get(batch.get("visual_inputs"), "pixel_values") is not None:
+            vkw = kernels.vision_kwargs(self.model.model.visual, grid)
+        return pos, vkw
+
+    def _forward_loss(self, batch: dict, pos, vkw: dict) -> torch.Tensor:
         """h2d copies, the model forward and the masked loss (marks placed when timing is on)."""
         dev = self.device
         self.marks("start")
         vis = batch.get("visual_inputs")
         ids, labels, lmask = (_to(batch[k], dev) for k in ("input_ids", "labels", "loss_mask"))
-        am, pos = _to(batch.get("attention_mask"), dev), _to(pos, dev)
+        pos = _to(pos, dev)
         pv, grid = _to(_get(vis, "pixel_values"), dev), _to(_get(vis, "image_grid_thw"), dev)
+        vkw = {k: _to(v, dev) for k, v in vkw.items()}
         self.marks("h2d_end")
-        loss = self.forward_module(ids, labels, lmask, am, pos, pv, grid)
+        loss = self.forward_module(ids, labels, lmask, pos, pv, grid, **vkw)
         self.marks("fwd_end")
         return loss
 
+    def _run_micro(self, batch: dict, pos, vkw: dict, last: bool) -> torch.Tensor:
+        cu = batch.get("cu_seqlens_q")
+        max_len = None if cu is None else int((cu[1:] - cu[:-1]).max())
+        if self.fsdp:
+            self.forward_module.set_requires_gradient_sync(last)  # pyright: ignore[reportAttributeAccessIssue]  # FSDPModule
+        with kernels.packed(None if cu is None else _to(cu, self.device), max_len):
+            loss = self._forward_loss(batch, pos, vkw)
+            if loss.requires_grad:  # everything the batch reaches may be frozen (an image-free batch, frozen LM)
+                (loss / self.n_micro).backward()
+        return loss
+
+    def begin(self, micro_batches: int = 1) -> None:
+        """Start a global step of ``micro_batches`` micro-batches (the loss of each is scaled by 1/n)."""
+        self.n_micro = max(1, int(micro_batches))
+        self.marks.marks, self.marks.on = [], True
+        self._micro, self._losses = [], []
+        self._t_host = time.perf_counter()
+
+    def micro(self, batch: dict, wait_ms: float = 0.0) -> None:
+        """Forward and backward of one micro-batch; ``wait_ms``: the host time just spent waiting for it."""
+        t = time.perf_counter()
+        pos, vkw = self._host_inputs(batch)
+        prep_ms = (time.perf_counter() - t) * 1e3
+        j = len(self._micro)
+        self._micro.append({"wait_ms": float(wait_ms), "prep_ms": prep_ms, "mark": len(self.marks.marks)})
+        self._losses.append(self._run_micro(batch, pos, vkw, last=j == self.n_micro - 1).detach())
+        self.marks("bwd_end")
+
+    def finish(self) -> dict[str, Any]:
+        """Gradient sync and one optimizer step; syncs once and returns the step's figures."""
+        try:
+            if self.grad_sync is not None:
+                self.grad_sync()
+            self.marks("sync_end")
+            self._optimizer_step()
+            self.marks("opt_end")
+        finally:
+            self.marks.on = False
+        marks = self.marks.resolve()
+        loss = float(torch.stack(self._losses).float().mean().item()) if self._losses else float("nan")
+        times, micro_ms, micro_decoder_ms = _stages(marks, self._micro)
+        peak = torch.cuda.max_memory_allocated(self.device) if self.cuda else None
+        return {
+            "loss": loss,
+            "times_ms": times,
+            "micro_ms": micro_ms,
+            "micro_decoder_ms": micro_decoder_ms,
+            "data_wait_ms": times["data_wait"],
+            "wall_ms": (time.perf_counter() - self._t_host) * 1e3,
+            "peak_mem_bytes": peak,
+            "timer": "cuda_events" if self.cuda else "perf_counter",
+            "device": str(self.device),
+        }
+
+    def _optimizer_step(self) -> None:
+        if isinstance(self.optimizer, MasterAdamW):
+            self.optimizer.step(self.clip_grad)
+        else:
+            _fill_missing_grads(self.trainable)
+            if self.clip_grad:
+                torch.nn.utils.clip_grad_norm_(self.trainable, self.clip_grad)
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
     def warm(self, batch: dict) -> None:
-        """Forward and backward on ``batch`` untimed, without the gradient sync (``after_backward``) or the
-        optimizer step; gradients are dropped, so the weights stay as they were. Runs every kernel the
-        batch's shapes need once (cuDNN/cuBLAS plans, allocator growth) before anything is timed."""
-        if self.check:
-            check_batch(batch, self.model.config)
-        loss = self._forward_loss(batch, mrope_position_ids(self.model, batch))
-        loss.backward()
+        """Forward and backward on ``batch`` untimed, without the gradient sync or the optimizer step;
+        gradients are dropped, so the weights stay as they were. Runs every kernel the batch's shapes need
+        once (cuDNN/cuBLAS plans, allocator growth) before anything is timed. Call between global steps."""
+        pos, vkw = self._host_inputs(batch)
+        self.n_micro = 1
+        self._run_micro(batch, pos, vkw, last=False)
         self.optimizer.zero_grad(set_to_none=True)
         if self.cuda:
             torch.cuda.synchronize(self.device)
 
     def __call__(self, batch: dict) -> dict[str, Any]:
-        model, dev = self.model, self.device
-        t_host = time.perf_counter()
-        if self.check:
-            check_batch(batch, model.config)
-        pos = mrope_position_ids(model, batch)
-        prep_ms = (time.perf_counter() - t_host) * 1e3
-
-        self.marks.marks, self.marks.on = [], True
-        try:
-            loss = self._forward_loss(batch, pos)
-            loss.backward()
-            if self.after_backward is not None:
-                self.after_backward()
-            self.marks("bwd_end")
-            if isinstance(self.optimizer, MasterAdamW):
-                self.optimizer.step(self.clip_grad)
-            else:
-                if self.clip_grad:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), self.clip_grad)
-                self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.marks("opt_end")
-        finally:
-            self.marks.on = False
-        marks = self.marks.resolve()
-        loss_value = float(loss.detach().float().item())
-        wall_ms = (time.perf_counter() - t_host) * 1e3
-        times = _split(marks)
-        times["prep"] = prep_ms
-        times["total"] = prep_ms + dict(marks)["opt_end"]
-        peak = torch.cuda.max_memory_allocated(dev) if self.cuda else None
-        return {
-            "loss": loss_value,
-            "times_ms": {k: times[k] for k in (*STAGES, "total")},
-            "wall_ms": wall_ms,
-            "peak_mem_bytes": peak,
-            "timer": "cuda_events" if self.cuda else "perf_counter",
-            "device": str(dev),
-        }
+        """One global step of one micro-batch."""
+        self.begin(1)
+        self.micro(batch)
+        return self.finish()
 
 
-def _split(marks: list[tuple[str, float]]) -> dict[str, float]:
-    t = {}
-    for name, ms in marks:
-        t.setdefault(name, ms)  # first occurrence
-    proj = 0.0
-    start = None
-    for name, ms in marks:
+def _stages(marks: list[tuple[str, float]], micro: list[dict]) -> tuple[dict[str, float], list[float], list[float]]:
+    """Stage times of a global step from its marks and the micro-batches' host figures; also each
+    micro-batch's device time and its decoder layers' share (forward + backward)."""
+    t = {k: 0.0 for k in STAGES}
+    micro_ms, decoder_ms = [], []
+    starts = [m["mark"] for m in micro] + [len(marks)]
+    prev_end = None
+    for j, m in enumerate(micro):
+        seg = marks[starts[j] : starts[j + 1]]
+        at = dict(reversed(seg))  # first occurrence of each name
+        end = at.get("bwd_end", seg[-1][1])
+        micro_ms.append(end - at["start"])
+        before = t["lm_forward"] + t["backward_decoder"]
+        _micro_stages(t, seg, at, end)
+        decoder_ms.append(t["lm_forward"] + t["backward_decoder"] - before)
+        if prev_end is None:
+            t["data_wait"] += m["wait_ms"]
+            t["prep"] += m["prep_ms"]
+        else:  # the device idled from the previous micro-batch's end to this one's start
+            gap = max(at["start"] - prev_end, 0.0)
+            waited = min(gap, m["wait_ms"])
+            prepped = min(gap - waited, m["prep_ms"])
+            t["data_wait"] += waited
+            t["prep"] += prepped
+            t["host_gap"] += gap - waited - prepped
+        prev_end = end
+    at = dict(reversed(marks))
+    if prev_end is not None:
+        t["grad_sync"] = at["sync_end"] - prev_end
+        t["optimizer"] = at["opt_end"] - at["sync_end"]
+    first = micro[0] if micro else {"wait_ms": 0.0, "prep_ms": 0.0}
+    t["total"] = first["wait_ms"] + first["prep_ms"] + at.get("opt_end", 0.0)
+    return t, micro_ms, decoder_ms
+
+
+def _micro_stages(t: dict[str, float], seg: list[tuple[str, float]], at: dict[str, float], end: float) -> None:
+    """Add one micro-batch's forward and backward stages to ``t``."""
+    proj, open_at = 0.0, None
+    for name, ms in seg:
         if name == "proj_start":
-            start = ms
-        elif name == "proj_end" and start is not None:
-            proj, start = proj + ms - start, None
-    vis_total = t["vision_end"] - t["vision_start"] if "vision_start" in t else 0.0
-    lm = t["head_start"] - t["lm_start"]
-    head = t["fwd_end"] - t["head_start"]
-    fwd = t["fwd_end"] - t["h2d_end"]
-    return {
-        "h2d": t["h2d_end"],
-        "vision": vis_total - proj,
-        "projector": proj,
-        "lm_forward": lm,
-        "lm_head_loss": head,
-        "forward_other": fwd - vis_total - lm - head,
-        "backward": t["bwd_end"] - t["fwd_end"],
-        "optimizer": t["opt_end"] - t["bwd_end"],
-    }
+            open_at = ms
+        elif name == "proj_end" and open_at is not None:
+            proj, open_at = proj + ms - open_at, None
+    vis_total = at["vision_end"] - at["vision_start"] if "vision_start" in at else 0.0
+    lm = at["head_start"] - at["lm_start"]
+    head = at["fwd_end"] - at["head_start"]
+    fwd = at["fwd_end"] - at["h2d_end"]
+    t["h2d"] += at["h2d_end"] - at["start"]
+    t["vision"] += vis_total - proj
+    t["projector"] += proj
+    t["lm_forward"] += lm
+    t["lm_head_loss"] += head
+    t["forward_other"] += fwd - vis_total - lm - head
+    head_end = at.get("bwd_head_end", at["fwd_end"])
+    dec_end = at.get("bwd_decoder_end", head_end)
+    t["backward_head"] += head_end - at["fwd_end"]
+    t["backward_decoder"] += dec_end - head_end
+    t["backward_vision"] += end - dec_end
 
 
 def train_step(model, batch: dict, optimizer: torch.optim.Optimizer | None = None, **kwargs) -> dict[str, Any]:

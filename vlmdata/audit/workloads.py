@@ -1,25 +1,31 @@
 """The training workloads the audit times: the built-in reference model, or a user's step function.
 
-A workload is called once per measured step with a Bridge-format batch and returns
-``{"times_ms": {stage: ms, "total": ms}, "wall_ms", "peak_mem_bytes", "loss"}``. Besides that it says
+A workload runs **global steps** (Megatron Bridge's ``train_step``): ``begin_step(micro_batches)``, then
+``micro(batch, wait_ms)`` for each micro-batch (forward + backward; ``wait_ms`` is the host time just spent
+waiting for the batch), then ``finish()``, which runs the optimizer once and returns
+``{"times_ms": {stage: ms, "total": ms}, "micro_ms": [device ms per micro-batch], "data_wait_ms",
+"wall_ms", "peak_mem_bytes", "loss"}``. A workload that runs one micro-batch per call (a ``--step``
+function) is adapted by ``as_global_steps``. Besides that it says
 
 - ``shape_items(batch)``: the set of shapes the batch makes the workload see for the first time at most
-  once (per-image grids, total patches, the token matrix (B, S), and the loss-token count when logits run
-  on loss tokens only). A new item can cost a one-off setup inside the step (PyTorch's cuDNN attention
-  builds a plan per new sequence length: 44-65 ms per new image size in a Qwen3-VL vision tower on an H200,
-  forward and again backward), so the runner warms every item before timing anything;
+  once (the token matrix (B, S), total patches, per-image grids when the vision attention runs image by
+  image, the loss-token count when logits run on loss tokens only). A new item can cost a one-off setup
+  inside the step (PyTorch's cuDNN attention builds a plan per new sequence length: 44-65 ms per new image
+  size in a Qwen3-VL vision tower on an H200 with transformers' per-image SDPA path, forward and again
+  backward), so the runner warms every item before timing anything;
 - ``warm(batch)``: run the batch untimed so that every such setup happens (reference: forward + backward,
   no gradient sync, no optimizer step, weights untouched; user step: one call);
-- ``begin_step()``: reset per-step state (the CUDA peak-memory counter);
 - ``flops(batch)``: model FLOPs and token counts of the batch (``vlmdata.audit.flops``);
 - ``recover()``: after an out-of-memory error, drop gradients and cached blocks so the run can go on.
 
-The reference workload takes the tuning decisions a sweep varies (``WORKLOAD_OPTIONS``):
-``freeze_vision`` (vision tower and projector without gradients or optimizer state), ``recompute``
-("none"; "selective": activation checkpointing of every attention and MoE block, decoder and vision;
-"full": of every whole layer and vision block) and, under torchrun, ``parallel`` ("ddp": replicated
-weights, gradients averaged after backward; "fsdp": PyTorch FSDP2 ``fully_shard`` of every decoder layer
-and vision block, fp32 sharded weights computed in bf16, gradients reduce-scattered in fp32).
+The reference workload takes the tuning decisions a sweep varies (``WORKLOAD_OPTIONS``): Bridge's
+``freeze_language_model``, ``freeze_vision_model``, ``freeze_vision_projection`` (``apply_freeze``) and
+``freeze_vision`` (tower and projection together), ``recompute`` ("none"; "selective": activation
+checkpointing of every attention and MoE block, decoder and vision; "full": of every whole layer and vision
+block), ``attention`` ("varlen": ``vlmdata.audit.kernels``; "sdpa": transformers' per-image path) and, under
+torchrun, ``parallel`` ("ddp": replicated weights, gradients averaged once per global step; "fsdp": PyTorch
+FSDP2 ``fully_shard`` of every decoder layer and vision block, fp32 sharded weights computed in bf16,
+gradients reduce-scattered in fp32 on the last micro-batch).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from torch.utils.checkpoint import checkpoint
 from vlmdata.audit.distributed import GradAllReduce, shard_fsdp
 from vlmdata.audit.flops import count_tokens, step_flops
 from vlmdata.audit.inputs import AuditError
+from vlmdata.audit.kernels import kernel_name
 from vlmdata.audit.model import IMAGE_TOKEN_ID, build_model, model_summary
 from vlmdata.audit.step import LossForward, TrainStep
 
@@ -60,15 +67,18 @@ def batch_shape(batch: dict) -> dict:
     }
 
 
-def shape_items(batch: dict, loss_tokens: bool = False) -> frozenset:
-    """The shapes a step on ``batch`` runs kernels for: ("tokens", B, S), ("image", t, h, w) per image,
-    ("patches", total), and ("loss_tokens", n) when the lm_head runs on loss tokens only."""
+def shape_items(batch: dict, loss_tokens: bool = False, per_image: bool = True) -> frozenset:
+    """The shapes a step on ``batch`` runs kernels for: ("tokens", B, S), ("patches", total), ("image", t, h,
+    w) per image when the vision attention runs image by image (``per_image``: transformers' SDPA path, whose
+    cuDNN backend builds a plan per new image size), and ("loss_tokens", n) when the lm_head runs on loss
+    tokens only."""
     ids = torch.as_tensor(batch["input_ids"])
     items = {("tokens", *map(int, ids.shape))}
     grid = _visual(batch, "image_grid_thw")
     if grid is not None and len(grid):
         g = torch.as_tensor(grid).tolist()
-        items.update(("image", *map(int, row)) for row in g)
+        if per_image:
+            items.update(("image", *map(int, row)) for row in g)
         items.add(("patches", int(sum(t * h * w for t, h, w in g))))
     if loss_tokens:
         items.add(("loss_tokens", int((torch.as_tensor(batch["loss_mask"]) > 0).sum())))
@@ -77,7 +87,16 @@ def shape_items(batch: dict, loss_tokens: bool = False) -> frozenset:
 
 RECOMPUTE = ("none", "selective", "full")
 PARALLEL = ("ddp", "fsdp")
-WORKLOAD_OPTIONS = ("freeze_vision", "recompute", "parallel")  # what a sweep may vary besides micro_batch_size
+# what a sweep may vary besides micro_batch_size
+WORKLOAD_OPTIONS = (
+    "freeze_vision",
+    "freeze_language_model",
+    "freeze_vision_model",
+    "freeze_vision_projection",
+    "recompute",
+    "parallel",
+    "attention",
+)
 
 
 def _checkpointed(module) -> None:
@@ -120,37 +139,89 @@ def materialize(batch: dict) -> dict:
     return {**batch, "visual_inputs": replace(v, pixel_values=pv.contiguous())}
 
 
+FREEZE_OPTIONS = ("freeze_language_model", "freeze_vision_model", "freeze_vision_projection")
+
+
+def apply_freeze(
+    model,
+    *,
+    freeze_language_model: bool = False,
+    freeze_vision_model: bool = False,
+    freeze_vision_projection: bool = False,
+) -> None:
+    """Bridge's ``Qwen3VLModel.freeze`` on the reference model: the language model (embedding, decoder,
+    output layer), the vision model (tower and its mergers), the projection (merger and DeepStack mergers);
+    freezing the vision model alone keeps the projection trainable."""
+    vis = model.model.visual
+    projection = [vis.merger, *getattr(vis, "deepstack_merger_list", [])]
+    modules = []
+    if freeze_language_model:
+        modules += [model.model.language_model, model.lm_head]
+    if freeze_vision_model:
+        modules.append(vis)
+    if freeze_vision_projection:
+        modules += projection
+    for m in modules:
+        m.requires_grad_(False)
+    if freeze_vision_model and not freeze_vision_projection:
+        for m in projection:
+            m.requires_grad_(True)
+
+
 class ReferenceWorkload:
-    """The built-in Qwen3-VL-MoE model (``build_model``) trained by ``TrainStep``; gradients averaged over
-    ranks under torchrun."""
+    """The reference model (``build_model``: a preset or a ``ModelShape``, whole or a slice) trained by
+    ``TrainStep`` with Bridge's step semantics; gradients averaged over ranks under torchrun.
+
+    Per global step: ``begin_step(micro_batches)``, ``micro(batch, wait_ms)`` per micro-batch, ``finish()``;
+    ``__call__(batch)`` is a global step of one micro-batch."""
 
     def __init__(
         self,
-        preset: str,
+        preset,
         device: str,
         logits: str,
         dist=None,
         seed: int = 0,
         *,
         freeze_vision: bool = False,
+        freeze_language_model: bool = False,
+        freeze_vision_model: bool = False,
+        freeze_vision_projection: bool = False,
         recompute: str = "none",
         parallel: str = "ddp",
+        attention: str = "varlen",
+        layers: int | None = None,
+        experts: int | None = None,
     ):
-
         if parallel not in PARALLEL:
             raise AuditError(f"parallel must be one of {', '.join(PARALLEL)}, got {parallel!r}")
         fsdp = parallel == "fsdp" and dist is not None and dist.world_size > 1
         cuda = torch.device(device).type == "cuda"
         # FSDP keeps fp32 sharded weights and computes in bf16 (its mixed-precision policy)
-        self.model = build_model(preset, device, dtype=torch.float32 if fsdp else None, seed=seed)
-        if freeze_vision:  # vision tower + projector: no gradients, no optimizer state
-            self.model.model.visual.requires_grad_(False)
+        self.model = build_model(
+            preset,
+            device,
+            dtype=torch.float32 if fsdp else None,
+            seed=seed,
+            attention=attention,
+            layers=layers,
+            experts=experts,
+        )
+        freeze = {
+            "freeze_language_model": bool(freeze_language_model),
+            "freeze_vision_model": bool(freeze_vision_model or freeze_vision),
+            "freeze_vision_projection": bool(freeze_vision_projection or freeze_vision),
+        }
+        apply_freeze(self.model, **freeze)
         self.recomputed = apply_recompute(self.model, recompute)
         self.summary = model_summary(self.model)
         self.config, self.logits = self.model.config, logits
+        self.per_image_kernels = attention == "sdpa"  # per-image SDPA calls: cuDNN plans per image size
         self.options = {
             "freeze_vision": bool(freeze_vision),
+            **freeze,
             "recompute": recompute,
+            "attention": attention,
             "parallel": parallel if dist is not None and dist.world_size > 1 else None,
         }
         sync, optimizer, forward = None, None, None
@@ -162,23 +233,32 @@ class ReferenceWorkload:
             )
         elif dist is not None and dist.world_size > 1:
             sync = GradAllReduce(self.model, dist)
-        self.step = TrainStep(self.model, optimizer, logits=logits, after_backward=sync, forward_module=forward)
-        self.name = f"reference:{preset}"
+        self.step = TrainStep(self.model, optimizer, logits=logits, grad_sync=sync, forward_module=forward, fsdp=fsdp)
+        self.name = f"reference:{getattr(self.model, 'vlmdata_preset', preset)}"
 
     def shape_items(self, batch: dict) -> frozenset:
-        return shape_items(batch, loss_tokens=self.logits == "loss")
+        return shape_items(batch, loss_tokens=self.logits == "loss", per_image=self.per_image_kernels)
 
     def warm(self, batch: dict) -> None:
         self.step.warm(batch)
 
-    def begin_step(self) -> None:
+    def begin_step(self, micro_batches: int = 1) -> None:
         self.step.reset_peak_memory()
+        self.step.begin(micro_batches)
+
+    def micro(self, batch: dict, wait_ms: float = 0.0) -> None:
+        self.step.micro(batch, wait_ms)
+
+    def finish(self) -> dict:
+        return self.step.finish()
 
     def __call__(self, batch: dict) -> dict:
+        self.step.reset_peak_memory()
         return self.step(batch)
 
     def recover(self) -> None:
         self.step.optimizer.zero_grad(set_to_none=True)
+        self.step.marks.on = False
         if self.step.cuda:
             torch.cuda.empty_cache()
 
@@ -193,10 +273,54 @@ class ReferenceWorkload:
             "model": self.summary,
             "options": self.options,
             "recomputed_modules": self.recomputed,
+            "attention_kernel": kernel_name(self.step.device) if self.options["attention"] == "varlen" else "sdpa",
         }
 
     def close(self) -> None:
         self.step.close()
+
+
+class GlobalStep:
+    """A workload that runs one micro-batch per call (a ``--step`` function) seen as global steps: each
+    micro-batch is one call, its times added up; the workload's own optimizer semantics are its own."""
+
+    def __init__(self, workload):
+        self.workload = workload
+        self._parts: list[dict] = []
+        self._waits: list[float] = []
+
+    def __getattr__(self, name):
+        return getattr(self.workload, name)
+
+    def begin_step(self, micro_batches: int = 1) -> None:
+        self.workload.begin_step()
+        self._parts, self._waits = [], []
+
+    def micro(self, batch: dict, wait_ms: float = 0.0) -> None:
+        self._parts.append(self.workload(batch))
+        self._waits.append(float(wait_ms))
+
+    def finish(self) -> dict:
+        times: dict[str, float] = {"data_wait": sum(self._waits)}
+        for r in self._parts:
+            for k, v in (r.get("times_ms") or {}).items():
+                times[k] = times.get(k, 0.0) + float(v)
+        times["total"] = times.get("total", 0.0) + times["data_wait"]
+        peaks = [p for r in self._parts if (p := r.get("peak_mem_bytes")) is not None]
+        losses = [r["loss"] for r in self._parts if r.get("loss") is not None]
+        return {
+            "times_ms": times,
+            "micro_ms": [float((r.get("times_ms") or {}).get("total", r.get("wall_ms", 0.0))) for r in self._parts],
+            "data_wait_ms": times["data_wait"],
+            "wall_ms": sum(float(r.get("wall_ms") or 0.0) for r in self._parts),
+            "peak_mem_bytes": max(peaks) if peaks else None,
+            "loss": sum(losses) / len(losses) if losses else None,
+        }
+
+
+def as_global_steps(workload):
+    """``workload`` if it runs global steps itself (``begin_step``/``micro``/``finish``), else a ``GlobalStep``."""
+    return workload if hasattr(workload, "micro") else GlobalStep(workload)
 
 
 class UserWorkload:

@@ -29,26 +29,6 @@ COMPARE_EXIT_HELP = """exit codes:
   2  usage or input error: unreadable log, nothing to measure after warm-up, or the logs are of different
      workloads (global batch size, seq_length, GPUs, model) and --allow-mismatch was not given"""
 
-CPU_DEFAULTS = {
-    "preset": "tiny",
-    "warmup": 0,
-    "seq_length": 2048,
-    "micro_batch_size": 2,
-    "min_steps": None,
-    "max_steps": 60,
-    "block": 3,
-    "budget_s": 120.0,
-}
-GPU_DEFAULTS = {
-    "preset": "h200",
-    "warmup": 0,
-    "seq_length": 4096,
-    "micro_batch_size": 2,
-    "min_steps": None,
-    "max_steps": 180,
-    "block": 5,
-    "budget_s": 150.0,
-}
 # library parameter names in error messages -> this command's flags
 PARAM_FLAGS = {
     "seq_length": "--seq-length",
@@ -63,6 +43,16 @@ PARAM_FLAGS = {
     "sources": "--sources",
     "step": "--step",
     "profile": "--profile",
+    "global_batch_size": "--global-batch-size",
+    "seq_policy": "--seq-policy",
+    "slice_layers": "--slice-layers",
+    "link_gbps": "--link-gbps",
+    "tp": "--tp",
+    "pp": "--pp",
+    "ep": "--ep",
+    "cp": "--cp",
+    "etp": "--etp",
+    "dp": "--dp",
 }
 
 
@@ -95,7 +85,12 @@ def _sweep_item(text: str) -> str:
 
 def add_parser(sub):
     # imported when the command runs: `vlmdata --help` and this command's --help stay light
+    from vlmdata.audit.config import DEVICE_DEFAULTS
     from vlmdata.audit.inputs import ALL_SOURCES, SOURCES
+    from vlmdata.audit.model_config import PRESETS
+    from vlmdata.audit.run_spec import RECOMPUTE, SEQ_POLICIES
+
+    cpu, gpu = DEVICE_DEFAULTS["cpu"], DEVICE_DEFAULTS["cuda"]
 
     p = sub.add_parser(
         "audit",
@@ -109,7 +104,10 @@ def add_parser(sub):
             "bridge-noise = Megatron Bridge's mock (one 256x256 noise image). Every shape is warmed before timing;\n"
             "sources are measured interleaved in rotating rounds until the intervals decide the verdict\n"
             "(or --max-steps / --budget-s). With no arguments: the embedded sample data on CPU, tiny preset.\n"
-            "GPU: --device cuda (preset h200, seq 4096, micro-batch 2, loader workers by CPU count);\n"
+            "A measured step is one global step of Megatron Bridge's train_step: GBS/(MBS*DP) micro-batches of\n"
+            "forward and backward, then one optimizer step; padded by Bridge's rule for the run's --tp/--pp/--ep\n"
+            "(--seq-policy); --bridge-config and --model-config describe the user's run and model.\n"
+            "GPU: --device cuda (preset h200, seq 4096, micro-batch 2, GBS 32, loader workers by CPU count);\n"
             "several GPUs: torchrun --nproc-per-node N -m vlmdata audit --device cuda ...\n"
             "`vlmdata audit compare --mock LOG --real LOG` gives the same verdict from two Megatron-LM /\n"
             "Megatron Bridge training logs."
@@ -132,13 +130,76 @@ def add_parser(sub):
     )
     p.add_argument(
         "--preset",
-        choices=("tiny", "small", "h200", "h200-large"),
-        help="reference model size (default tiny on CPU, h200 on CUDA)",
+        choices=tuple(PRESETS),
+        help=f"reference model size (default {cpu['preset']} on CPU, {gpu['preset']} on CUDA)",
+    )
+    p.add_argument(
+        "--model-config",
+        metavar="CONFIG_JSON",
+        help="take the model's shape from a Hugging Face Qwen3-VL / Qwen3-VL-MoE / Qwen2.5-VL config.json (or the "
+        "checkpoint folder holding it); random weights, nothing downloaded",
+    )
+    p.add_argument(
+        "--bridge-config",
+        metavar="YAML",
+        help="take the run's settings from a Megatron Bridge ConfigContainer YAML (micro and global batch, "
+        "seq_length, TP/PP/EP/CP, freezing, recompute, packing); flags override it",
+    )
+    p.add_argument(
+        "--slice-layers",
+        type=positive_int,
+        metavar="K",
+        help="measure K decoder layers (at the true width, experts/EP per layer) and compose the step "
+        "(default: the whole model if it fits the GPU, else 4)",
+    )
+    p.add_argument(
+        "--global-batch-size",
+        type=positive_int,
+        help=f"samples per optimizer step over all data-parallel ranks (default {cpu['micro_batches']} micro-batches "
+        f"per step on CPU, {gpu['micro_batches']} on CUDA)",
+    )
+    p.add_argument(
+        "--seq-policy",
+        choices=SEQ_POLICIES,
+        help="padding: bridge (default: Bridge's rule for --tp/--pp/--ep: seq_length when PP>1 or EP>1, else a "
+        "multiple of 128 then of lcm(TP,16)), pad128, max (seq_length), pack (in-batch packing)",
+    )
+    for flag, what in (
+        ("--tp", "tensor"),
+        ("--pp", "pipeline"),
+        ("--ep", "expert"),
+        ("--cp", "context"),
+        ("--etp", "expert tensor"),
+        ("--dp", "data"),
+    ):
+        p.add_argument(
+            flag,
+            type=positive_int,
+            help=f"the run's {what}-parallel size (describes the run; default 1"
+            + (", or the smallest the others allow" if flag == "--dp" else "")
+            + (", or the tensor-parallel size" if flag == "--etp" else "")
+            + ")",
+        )
+    for flag in ("--freeze-language-model", "--freeze-vision-model", "--freeze-vision-projection"):
+        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help="as Bridge's model field")
+    p.add_argument("--recompute", choices=RECOMPUTE, help="activation recompute of the run (default none)")
+    p.add_argument(
+        "--attention",
+        choices=("varlen", "sdpa"),
+        default="varlen",
+        help="reference model attention: varlen (packed variable-length flash kernels, default) or sdpa "
+        "(transformers' per-image path)",
+    )
+    p.add_argument(
+        "--link-gbps",
+        type=float,
+        default=200.0,
+        help="per-GPU all-to-all bandwidth in GB/s for the modelled expert-parallel term (default 200)",
     )
     p.add_argument(
         "--steps",
         type=positive_int,
-        help="measure exactly this many steps per source (sets --min-steps and --max-steps)",
+        help="measure exactly this many global steps per source (sets --min-steps and --max-steps)",
     )
     p.add_argument(
         "--min-steps",
@@ -146,14 +207,22 @@ def add_parser(sub):
         help="steps per source before stopping may be considered "
         "(default: one epoch of the real data, at most --max-steps)",
     )
-    p.add_argument("--max-steps", type=positive_int, help="steps per source at most (default 60 CPU / 180 CUDA)")
+    p.add_argument(
+        "--max-steps",
+        type=positive_int,
+        help=f"global steps per source at most (default {cpu['max_steps']} CPU / {gpu['max_steps']} CUDA)",
+    )
     p.add_argument(
         "--budget-s",
         type=_seconds,
         help="stop measuring after this many seconds once --min-steps are "
-        "done, at a round's end (default 120 CPU / 150 CUDA)",
+        f"done, at a round's end (default {cpu['budget_s']:.0f} CPU / {gpu['budget_s']:.0f} CUDA)",
     )
-    p.add_argument("--block", type=positive_int, help="consecutive steps of one source per round (default 3 / 5)")
+    p.add_argument(
+        "--block",
+        type=positive_int,
+        help=f"consecutive global steps of one source per round (default {cpu['block']} / {gpu['block']})",
+    )
     p.add_argument(
         "--precision",
         type=_fraction,
@@ -167,13 +236,17 @@ def add_parser(sub):
         help="extra untimed training steps per source after its loader starts (default 0: every shape "
         "is warmed anyway, and the measured steps then start at the epoch's start)",
     )
-    p.add_argument("--seq-length", type=positive_int, help="loader seq_length (default 2048 CPU / 4096 CUDA)")
-    p.add_argument("--micro-batch-size", type=positive_int, help="samples per step and rank (default 2)")
     p.add_argument(
-        "--pad-to-max-length",
-        action="store_true",
-        help="pad every batch to --seq-length (Bridge's MoE/EP>1 Qwen3-VL step does this)",
+        "--seq-length",
+        type=positive_int,
+        help=f"the run's seq_length (default {cpu['seq_length']} CPU / {gpu['seq_length']} CUDA)",
     )
+    p.add_argument(
+        "--micro-batch-size",
+        type=positive_int,
+        help=f"samples per micro-batch and rank (default {cpu['micro_batch_size']})",
+    )
+    p.add_argument("--pad-to-max-length", action="store_true", help="the same as --seq-policy max")
     p.add_argument(
         "--num-workers",
         type=non_negative_int,
@@ -280,8 +353,6 @@ def add_parser(sub):
 
 def _loader_options(args) -> dict:
     kw = {}
-    if args.pad_to_max_length:
-        kw["pad_to_max_length"] = True
     for item in args.loader_arg:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -304,46 +375,70 @@ def _loader_options(args) -> dict:
 
 
 def config_from(args):
-    """The ``AuditConfig`` of the command line (device-dependent defaults filled in)."""
+    """The ``AuditConfig`` of the command line: only what was given (the library fills in the defaults)."""
     import torch
 
     # imported when the command runs: `vlmdata --help` and this command's --help stay light
-    from vlmdata.audit.runner import AuditConfig
+    from vlmdata.audit.config import AuditConfig
 
-    cuda = torch.device(args.device).type == "cuda"
+    try:
+        cuda = torch.device(args.device).type == "cuda"
+    except (RuntimeError, TypeError, ValueError):
+        raise UserError(f"--device must be cpu, cuda or cuda:N, got {args.device!r}") from None
     if cuda and not torch.cuda.is_available():
         raise UserError("--device cuda but no CUDA device is available")
-    d = GPU_DEFAULTS if cuda else CPU_DEFAULTS
-    pick = lambda name: d[name] if getattr(args, name, None) is None else getattr(args, name)  # noqa: E731
-    min_steps, max_steps = pick("min_steps"), pick("max_steps")
+    min_steps, max_steps, block = args.min_steps, args.max_steps, args.block
     if args.steps is not None:
         min_steps = max_steps = args.steps
-    elif min_steps is not None and args.max_steps is None:
-        max_steps = max(max_steps, min_steps)
-    sources = tuple(s.strip() for s in args.sources.split(",") if s.strip())
-    block = pick("block")
-    if args.steps is not None and args.block is None:
-        block = min(block, args.steps)
+        block = min(block or args.steps, args.steps)
+    elif min_steps is not None and max_steps is not None and max_steps < min_steps:
+        max_steps = min_steps
+    if args.seq_policy is not None and args.pad_to_max_length and args.seq_policy != "max":
+        raise UserError(f"--pad-to-max-length contradicts --seq-policy {args.seq_policy}")
+    given = {
+        k: getattr(args, k)
+        for k in (
+            "preset",
+            "model_config",
+            "bridge_config",
+            "slice_layers",
+            "seq_length",
+            "micro_batch_size",
+            "global_batch_size",
+            "tp",
+            "pp",
+            "ep",
+            "cp",
+            "etp",
+            "dp",
+            "freeze_language_model",
+            "freeze_vision_model",
+            "freeze_vision_projection",
+            "recompute",
+            "budget_s",
+            "logits",
+        )
+        if getattr(args, k, None) is not None
+    }
     return AuditConfig(
         real=args.real,
         profile=args.profile,
-        sources=sources,
-        preset=pick("preset"),
+        sources=tuple(s.strip() for s in args.sources.split(",") if s.strip()),
         device=args.device,
         seed=args.seed,
-        logits=args.logits,
         step=args.step,
-        seq_length=pick("seq_length"),
-        micro_batch_size=pick("micro_batch_size"),
+        attention=args.attention,
+        seq_policy="max" if args.pad_to_max_length else args.seq_policy,
+        link_gbps=args.link_gbps,
         num_workers=args.num_workers,
         loader_options=_loader_options(args),
-        warmup=pick("warmup"),
+        warmup=args.warmup or 0,
         min_steps=min_steps,
         max_steps=max_steps,
         block=block,
-        budget_s=pick("budget_s"),
         precision=args.precision,
         threshold=args.threshold,
+        **given,
     )
 
 
@@ -523,7 +618,9 @@ def _table(report: dict) -> Table:
         "vlmdata audit compare"
         if report.get("kind") == "logs"
         else f"vlmdata audit: {report['workload']['name']} on {cfg.get('device')}, "
-        f"micro-batch {cfg.get('micro_batch_size')}, seq {cfg.get('seq_length')}"
+        f"micro-batch {cfg.get('micro_batch_size')} x {cfg.get('micro_batches')} per optimizer step (GBS "
+        f"{cfg.get('global_batch_size')}), seq {cfg.get('seq_length')}, "
+        f"{((report.get('run') or {}).get('run') or {}).get('padding_rule', '')}"
         + (f" x {report['world_size']} ranks" if report.get("world_size", 1) > 1 else "")
     )
     t = Table(

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# GPU evidence for the audit-fidelity work (issue 19), on the lent H200 machine, in one call:
+#   bash bench/gpu_fidelity.sh OUTDIR STAGE...
+# STAGE: kernels (bench/kernels.py: attention before/after, stage TFLOP/s, profile, new-shape costs)
+#        smoke   (a 2-step default audit and a 2-step Qwen3-VL-30B-A3B slice audit, imagefree vs real)
+#        audit-ORDER-N   (the default GPU audit, ORDER fwd|rev, repeat N)
+#        a3b-ORDER-N     (the Qwen3-VL-30B-A3B SFT recipe from its Bridge config: 4-layer slice, EP 8)
+#        compose-ORDER-N (the h200 preset whole vs a 4-layer slice, sources imagefree,real)
+# Reports land in OUTDIR/<stage>/ (markdown + json); a tarball of them at the end.
+set -uo pipefail
+OUTDIR=$1; shift
+mkdir -p "$OUTDIR" /tmp/fid
+. bench/gpu_env.sh
+export VLMDATA_PROGRESS_INTERVAL=60
+python3 -c "import torch, transformers, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'transformers', transformers.__version__)"
+echo "cpus $(nproc); $(uptime)"
+FWD=imagefree,bridge-noise,synthetic,real
+REV=real,synthetic,bridge-noise,imagefree
+A3B=tests/audit/fixtures/bridge_qwen3_vl_30b_a3b_sft.yaml
+run() {  # NAME TIMEOUT ARGS...
+  local name=$1 t=$2; shift 2
+  timeout "$t" python3 -m vlmdata audit --device cuda --num-workers 3 --threads 8 -o "/tmp/fid/$name" "$@" > "/tmp/fid/$name.log" 2>&1
+  echo "$name: exit $? after $SECONDS s: $(grep -E '^(MISLEADING|OK)' "/tmp/fid/$name.log" | cut -c1-300)"
+  tail -3 "/tmp/fid/$name.log" | grep -iE "error|Traceback" && tail -20 "/tmp/fid/$name.log"
+}
+for stage in "$@"; do
+  IFS=- read -r kind order rep <<< "$stage"
+  src=$FWD; [ "${order:-fwd}" = rev ] && src=$REV
+  case $kind in
+    kernels) timeout 400 python3 bench/kernels.py --preset h200 --micro 16 --rounds 3 --profile --out "$OUTDIR/kernels" 2>&1 | tail -60 ;;
+    smoke)
+      run smoke-default 200 --steps 2 --sources imagefree,real
+      run smoke-a3b 200 --bridge-config $A3B --steps 2 --sources imagefree,real ;;
+    audit) run "$stage" 300 --sources "$src" ;;
+    a3b) run "$stage" 300 --bridge-config $A3B --sources "$src" ;;
+    compose)
+      run "$stage-whole" 200 --sources "${order/fwd/imagefree,real}" --steps 6
+      run "$stage-slice" 200 --sources "${order/fwd/imagefree,real}" --steps 6 --slice-layers 4 ;;
+  esac
+done
+for d in /tmp/fid/*/; do rm -rf "$d/synthetic-twin"; done
+tar czf "$OUTDIR/reports.tar.gz" -C /tmp fid

@@ -1,0 +1,237 @@
+"""The reference step's kernels, before and after, on the same real batches (GPU; runs on CPU for a smoke test).
+
+    python bench/kernels.py [--preset h200] [--micro 16] [--rounds 3] [--out DIR] [--profile]
+
+Real micro-batches of the embedded sample data (decoded and preprocessed by vlmdata's loader as for Bridge's
+Qwen-VL collate, micro-batch 2, padded to a multiple of 128), held in memory. Contenders, interleaved in
+rotating order over ``--rounds`` rounds after every contender has run every batch once (shapes warmed: cuDNN
+plans, allocator), each one pass over the ``--micro`` batches:
+
+- ``today``: transformers' SDPA path (the vision tower splits its packed patches image by image in every
+  block, a host sync per block) and one optimizer step per micro-batch (the audit before Bridge semantics);
+- ``sdpa-gbs``: the same attention, one optimizer step per ``--micro`` micro-batches (Bridge's global step);
+- ``varlen-gbs``: ``vlmdata.audit.kernels``' variable-length flash attention over all images of a
+  micro-batch (no per-block host round-trip; the vision index tensors computed on the host), Bridge's step.
+
+Per contender: ms per micro-batch (min / median / max over rounds) and the TFLOP/s of every stage (model FLOPs
+of the part the stage runs / its device time, medians). Then, with ``--profile``, the top CUDA kernels of
+one ``varlen-gbs`` global step (torch.profiler), and a check of one-off costs per new shape: new image sizes
+(random grids no batch had) timed the first and the second time, for both attention paths.
+Also checks on the device that both attention paths compute the same outputs (relative error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from vlmdata import sample_data_path  # noqa: E402
+from vlmdata.audit import kernels  # noqa: E402
+from vlmdata.audit.flops import step_flops  # noqa: E402
+from vlmdata.audit.model import IMAGE_TOKEN_ID, build_model  # noqa: E402
+from vlmdata.audit.run_tables import summary_stage_tflops  # noqa: E402
+from vlmdata.audit.step import STAGES, TrainStep, mrope_position_ids  # noqa: E402
+from vlmdata.loaders.api import make_loader  # noqa: E402
+from vlmdata.loaders.options import LoaderOptions  # noqa: E402
+
+
+def real_batches(n: int, workers: int) -> list[dict]:
+    opts = LoaderOptions(model="qwen3-vl", seq_length=4096, micro_batch_size=2, num_workers=workers, num_epochs=None)
+    it = iter(make_loader(sample_data_path(), opts))
+    return [next(it) for _ in range(n)]
+
+
+def to_device(batch: dict, dev) -> dict:
+    out = {}
+    for k, v in batch.items():
+        if isinstance(v, torch.Tensor):
+            out[k] = v.pin_memory() if dev.type == "cuda" else v
+        elif k == "visual_inputs" and v is not None:
+            out[k] = {
+                "pixel_values": v.pixel_values.pin_memory() if dev.type == "cuda" else v.pixel_values,
+                "image_grid_thw": v.image_grid_thw,
+            }
+        else:
+            out[k] = v
+    return out
+
+
+def set_attention(model, name: str) -> None:
+    if name.startswith("varlen"):
+        kernels.use_fast_attention(model.config)
+    else:
+        kernels.use_sdpa(model.config)
+
+
+def run_pass(step: TrainStep, model, name: str, batches: list[dict]) -> list[dict]:
+    set_attention(model, name)
+    if name == "today":
+        return [step(b) for b in batches]
+    step.begin(len(batches))
+    for b in batches:
+        step.micro(b)
+    return [step.finish()]
+
+
+def summarise(results: list[list[dict]], flops: dict, n_micro: int) -> dict:
+    """Per-round ms per micro-batch and the median stage TFLOP/s."""
+    per_round, tflops = [], []
+    for rs in results:
+        total = sum(r["times_ms"]["total"] for r in rs)
+        per_round.append(total / n_micro)
+        stages = {k: sum(r["times_ms"][k] for r in rs) for k in STAGES}
+        summary = {"stages_ms": stages, "step_ms": {"mean": total}}
+        tflops.append(summary_stage_tflops(summary, [flops]))
+    keys = tflops[0].keys()
+    med = {k: statistics.median([t[k] for t in tflops if t.get(k) is not None] or [0.0]) for k in keys}
+    return {"ms_per_micro": per_round, "tflops": med}
+
+
+def correctness(dev) -> dict:
+    """Outputs of both attention paths on one image batch and a packed two-sample row (small preset)."""
+    model = build_model("small", dev, seed=0)
+    model.eval()
+    grid = torch.tensor([[1, 16, 20], [1, 8, 12], [1, 20, 8]])
+    n = int(grid.prod(-1).sum())
+    pv = torch.randn(n, 1536, device=dev)
+    vis = (grid.prod(-1) // 4).tolist()
+    ids = torch.full((1, 40 + sum(vis)), 100, device=dev)
+    pos = 5
+    for v in vis:
+        ids[0, pos : pos + v] = IMAGE_TOKEN_ID
+        pos += v + 2
+    batch = {"input_ids": ids.cpu(), "visual_inputs": {"pixel_values": pv, "image_grid_thw": grid}}
+    p = mrope_position_ids(model, batch).to(dev)
+    out = {}
+    with torch.no_grad():
+        kernels.use_sdpa(model.config)
+        ref = model.model(input_ids=ids, position_ids=p, pixel_values=pv, image_grid_thw=grid.to(dev)).last_hidden_state
+        kernels.use_fast_attention(model.config)
+        kw = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in kernels.vision_kwargs(model.model.visual, grid).items()}
+        new = model.model(input_ids=ids, position_ids=p, pixel_values=pv, image_grid_thw=grid.to(dev), **kw).last_hidden_state
+        out["vision+decoder rel err"] = float((new.float() - ref.float()).norm() / ref.float().norm())
+        # packed decoder: two text rows as one packed row vs separately
+        a, b = torch.randint(0, 1000, (1, 50), device=dev), torch.randint(0, 1000, (1, 70), device=dev)
+        sep = [model.model(input_ids=x, use_cache=False).last_hidden_state for x in (a, b)]
+        cu = torch.tensor([0, 50, 120], dtype=torch.int32, device=dev)
+        posp = torch.cat([torch.arange(50), torch.arange(70)]).view(1, -1).to(dev)
+        with kernels.packed(cu, 70):
+            packed = model.model(input_ids=torch.cat([a, b], 1), position_ids=posp, use_cache=False).last_hidden_state
+        ref2 = torch.cat(sep, 1)
+        out["packed decoder rel err"] = float((packed.float() - ref2.float()).norm() / ref2.float().norm())
+    out["varlen kernel"] = kernels.kernel_name(dev)
+    del model
+    return out
+
+
+def new_shape_costs(step: TrainStep, model, dev, k: int = 8) -> dict:
+    """Forward + backward of a one-image batch with a grid no batch had: first call vs second call (ms)."""
+    g = torch.Generator().manual_seed(1)
+    out = {}
+    for name in ("sdpa", "varlen"):
+        set_attention(model, name)
+        first, second = [], []
+        for _ in range(k):
+            h, w = (int(torch.randint(10, 40, (1,), generator=g)) * 2 for _ in range(2))
+            grid = torch.tensor([[1, h, w]])
+            n = h * w
+            ids = torch.full((1, n // 4 + 64), 100)
+            ids[0, 10 : 10 + n // 4] = IMAGE_TOKEN_ID
+            S = -(-ids.shape[1] // 128) * 128
+            ids = torch.nn.functional.pad(ids, (0, S - ids.shape[1]), value=0)
+            labels = ids.clone()
+            batch = {
+                "input_ids": ids,
+                "labels": labels,
+                "loss_mask": torch.ones_like(ids, dtype=torch.float32),
+                "position_ids": torch.arange(S).view(1, -1),
+                "visual_inputs": {"pixel_values": torch.randn(n, 1536), "image_grid_thw": grid},
+            }
+            for dst in (first, second):
+                torch.cuda.synchronize() if dev.type == "cuda" else None
+                t = time.perf_counter()
+                step.warm(batch)
+                dst.append((time.perf_counter() - t) * 1e3)
+        out[name] = {"first_ms_median": statistics.median(first), "second_ms_median": statistics.median(second),
+                     "extra_ms_per_new_shape": statistics.median([a - b for a, b in zip(first, second)])}
+    return out
+
+
+def profile(step: TrainStep, model, batches: list[dict], out_dir: str | None) -> str:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
+
+    set_attention(model, "varlen")
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with prof(activities=acts) as p:
+        run_pass(step, model, "varlen-gbs", batches[:4])
+    sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+    table = p.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=60)
+    if out_dir:
+        with open(os.path.join(out_dir, "profile.txt"), "w") as f:
+            f.write(table)
+    return table
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="h200")
+    ap.add_argument("--micro", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--out")
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+    print("torch", torch.__version__, "device", dev, torch.cuda.get_device_name() if dev.type == "cuda" else "")
+    check = correctness(dev)
+    print("correctness:", json.dumps(check))
+    batches = [to_device(b, dev) for b in real_batches(args.micro, args.workers)]
+    model = build_model(args.preset, dev, seed=0)
+    step = TrainStep(model, logits="all")
+    flops: dict = {}
+    for b in batches:
+        for k, v in step_flops(model.config, b).items():
+            flops[k] = flops.get(k, 0) + v
+    flops["flops"] = flops["total_flops"]
+    names = ["today", "sdpa-gbs", "varlen-gbs"]
+    t = time.perf_counter()
+    for name in names:  # warm every shape on both attention paths, and the optimizer
+        run_pass(step, model, name, batches)
+    print(f"warm-up {time.perf_counter() - t:.1f} s; load {os.getloadavg()}")
+    results: dict[str, list] = {n: [] for n in names}
+    for r in range(args.rounds):
+        for name in names[r % 3 :] + names[: r % 3]:
+            results[name].append(run_pass(step, model, name, batches))
+    summary = {n: summarise(results[n], flops, len(batches)) for n in names}
+    base = statistics.median(summary["today"]["ms_per_micro"])
+    print(f"\n{'contender':12s} {'ms/micro min/med/max':>24s} {'speed-up':>9s}  TFLOP/s: " + " ".join(
+        f"{k}" for k in summary["today"]["tflops"]))
+    for n in names:
+        ms = summary[n]["ms_per_micro"]
+        print(
+            f"{n:12s} {min(ms):7.1f} / {statistics.median(ms):6.1f} / {max(ms):6.1f}   {base / statistics.median(ms):6.2f}x  "
+            + " ".join(f"{k}={v:.0f}" for k, v in summary[n]["tflops"].items())
+        )
+    costs = new_shape_costs(step, model, dev) if dev.type == "cuda" else None
+    print("one-off cost per new image size:", json.dumps(costs))
+    print(f"load average at the end {os.getloadavg()}")
+    if args.out:
+        with open(os.path.join(args.out, "kernels.json"), "w") as f:
+            json.dump({"correctness": check, "summary": summary, "new_shape_costs": costs, "flops": flops,
+                       "micro_batches": len(batches), "preset": args.preset}, f, indent=1, default=str)
+    if args.profile:
+        print(profile(step, model, batches, args.out))
+
+
+if __name__ == "__main__":
+    main()

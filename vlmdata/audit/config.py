@@ -1,0 +1,373 @@
+"""``AuditConfig``: everything one audit run needs, its defaults (once, here), and how they resolve.
+
+``AuditConfig`` holds what the caller gave; ``None`` means "not given". ``resolve(cfg)`` fills in, in this
+order of precedence, for every setting of the run:
+
+1. what the caller gave (``"flag"``: a CLI flag or an API argument);
+2. the user's Megatron Bridge config (``bridge_config``: a ``ConfigContainer`` YAML as Bridge writes it;
+   ``vlmdata.audit.bridge_config``): micro and global batch size, seq_length, TP/PP/EP/CP/ETP, freezing,
+   recompute, packing, the distributed optimizer;
+3. the model's ``config.json`` (``model_config``; ``vlmdata.audit.model_config``) for the model's shape;
+4. the device's defaults (``DEVICE_DEFAULTS``; CPU: the demo's tiny model; CUDA: the ``h200`` preset and the
+   Qwen3-VL-30B-A3B SFT recipe's global batch on one data-parallel rank).
+
+It returns a ``Resolved``: the ``RunSpec`` (``vlmdata.audit.run_spec``), the ``ModelShape``, the slice the
+GPU measures (whole model, or ``slice_layers`` decoder layers and experts / EP per layer:
+``vlmdata.audit.compose``), the measurement settings, and ``sources``: where each setting came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from vlmdata import sample_data_path
+from vlmdata.audit.bridge_config import BridgeRun, read_bridge_config
+from vlmdata.audit.inputs import SOURCES, AuditError, check_sources
+from vlmdata.audit.model_config import (
+    FAMILIES,
+    ModelConfigError,
+    ModelShape,
+    preset_shape,
+    read_model_config,
+    shape_from_bridge,
+)
+from vlmdata.audit.run_spec import RunSpec, RunSpecError
+from vlmdata.audit.verdict import DEFAULT_THRESHOLD, PROXY_TOLERANCE
+
+# every device-dependent default, once (the CLI reads them from here)
+DEVICE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "cpu": {
+        "preset": "tiny",
+        "seq_length": 2048,
+        "micro_batch_size": 2,
+        "micro_batches": 4,  # per optimizer step: one epoch of the sample data = 11 steps to bootstrap
+        "max_steps": 30,
+        "block": 1,
+        "budget_s": 120.0,
+        "logits": "loss",  # the 151,936-row vocabulary dominates a tiny model's step
+    },
+    "cuda": {
+        "preset": "h200",
+        "seq_length": 4096,
+        "micro_batch_size": 2,
+        "micro_batches": 16,  # Qwen3-VL-30B-A3B SFT recipe: GBS 32 / MBS 2 on one data-parallel rank
+        "max_steps": 24,
+        "block": 1,
+        "budget_s": 150.0,
+        "logits": "all",
+    },
+}
+# the fraction of a GPU's memory a whole model's training state may take before the audit measures a slice
+WHOLE_MODEL_MEMORY_FRACTION = 0.5
+SLICE_LAYERS = 4  # decoder layers of a slice when the whole model does not fit
+BRIDGE_RUN_FIELDS = (
+    "micro_batch_size",
+    "global_batch_size",
+    "seq_length",
+    "tp",
+    "pp",
+    "ep",
+    "cp",
+    "etp",
+    "dp",
+    "freeze_language_model",
+    "freeze_vision_model",
+    "freeze_vision_projection",
+    "recompute",
+    "use_distributed_optimizer",
+)
+
+
+def default_real() -> str:
+    """The embedded sample dataset (real photographs; see its README), in a checkout or an installed wheel."""
+    try:
+        return sample_data_path()
+    except FileNotFoundError as e:
+        raise AuditError(f"no real dataset given and {e}") from None
+
+
+def device_kind(device: str) -> str:
+    try:
+        return "cuda" if torch.device(device).type == "cuda" else "cpu"
+    except (RuntimeError, TypeError, ValueError):
+        raise AuditError(f"device must be cpu, cuda or cuda:N, got {device!r}") from None
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """One audit run's settings; ``None``: not given (``resolve`` fills it in). Validated by ``check()``."""
+
+    real: str | None = None  # None: the embedded sample data
+    profile: str | None = None  # sample the synthetic source from this profile (unpaired) instead of the twin
+    sources: tuple[str, ...] = SOURCES
+    device: str = "cpu"
+    seed: int = 0
+    step: str | None = None  # "module:function" user workload
+    # the model
+    preset: str | None = None
+    model_config: str | None = None  # a Hugging Face config.json (or its folder)
+    slice_layers: int | None = None  # decoder layers measured; None: the whole model if it fits, else 4
+    attention: str = "varlen"  # "varlen" (vlmdata.audit.kernels) or "sdpa" (transformers' path)
+    logits: str | None = None  # "all" | "loss"
+    # the user's run (RunSpec); None: from bridge_config, else the device default
+    bridge_config: str | None = None
+    seq_length: int | None = None
+    micro_batch_size: int | None = None
+    global_batch_size: int | None = None
+    seq_policy: str | None = None
+    tp: int | None = None
+    pp: int | None = None
+    ep: int | None = None
+    cp: int | None = None
+    etp: int | None = None
+    dp: int | None = None
+    freeze_language_model: bool | None = None
+    freeze_vision_model: bool | None = None
+    freeze_vision_projection: bool | None = None
+    recompute: str | None = None
+    link_gbps: float = 200.0  # per-GPU all-to-all bandwidth the modelled expert-parallel term assumes
+    # the loader
+    num_workers: int | None = None  # loader workers per source and rank; None: 0 on CPU, auto on CUDA
+    loader_options: dict[str, Any] = field(default_factory=dict)  # other make_loader options
+    # the measurement
+    warmup: int = 0  # untimed full training steps per source after its loader starts
+    min_steps: int | None = None  # global steps per source before stopping; None: one epoch of real
+    max_steps: int | None = None  # global steps per source at most
+    block: int | None = None  # consecutive global steps of one source within a round
+    budget_s: float | None = None  # measuring stops after this many seconds (at the end of a round)
+    precision: float = 0.05  # stop when every gap's interval is within ±precision of its ratio (and decided)
+    threshold: float = DEFAULT_THRESHOLD
+    proxy_tolerance: float = PROXY_TOLERANCE
+    warm_shapes: bool = True  # False skips the shape warm-up: only to show what it prevents
+    workload_options: dict[str, Any] = field(default_factory=dict)  # sweep values (recompute, parallel, ...)
+
+    def check(self) -> None:
+        check_sources(tuple(self.sources))
+        device_kind(self.device)
+        d = self.defaults()
+        min_steps, max_steps = self.min_steps, self.max_steps or d["max_steps"]
+        if (self.block or d["block"]) < 1 or (min_steps is not None and not 1 <= min_steps <= max_steps):
+            raise AuditError(
+                f"need block >= 1 and 1 <= min_steps <= max_steps (got block={self.block}, "
+                f"min_steps={self.min_steps}, max_steps={self.max_steps})"
+            )
+        if self.warmup < 0:
+            raise AuditError(f"warmup must be >= 0, got {self.warmup}")
+        budget = self.budget_s if self.budget_s is not None else d["budget_s"]
+        if not budget > 0 or not 0 < self.precision < 1:
+            raise AuditError(f"need budget_s > 0 and 0 < precision < 1 (got {budget}, {self.precision})")
+        if self.num_workers is not None and self.num_workers < 0:
+            raise AuditError(f"num_workers must be >= 0, got {self.num_workers}")
+        if self.slice_layers is not None and self.slice_layers < 1:
+            raise AuditError(f"slice_layers must be >= 1, got {self.slice_layers}")
+        if not self.link_gbps > 0:
+            raise AuditError(f"link_gbps must be > 0, got {self.link_gbps}")
+        if self.attention not in ("varlen", "sdpa"):
+            raise AuditError(f"attention must be varlen or sdpa, got {self.attention!r}")
+
+    def defaults(self) -> dict[str, Any]:
+        return DEVICE_DEFAULTS[device_kind(self.device)]
+
+    def resolved_logits(self) -> str:
+        return self.logits or self.defaults()["logits"]
+
+    def resolved_real(self) -> str:
+        return self.real or default_real()
+
+    def measure_settings(self) -> dict[str, Any]:
+        """max_steps (rounded up to whole rounds), block and budget_s with the device defaults filled in."""
+        d = self.defaults()
+        block = self.block or d["block"]
+        max_steps = self.max_steps or max(d["max_steps"], self.min_steps or 0)
+        return {
+            "block": block,
+            "max_steps": block * math.ceil(max_steps / block),
+            "budget_s": self.budget_s or d["budget_s"],
+        }
+
+    def replace(self, **changes: Any) -> AuditConfig:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What ``resolve`` settled (see the module docstring)."""
+
+    run: RunSpec
+    shape: ModelShape
+    layers: int | None  # decoder layers built (None: all)
+    experts: int | None  # routed experts per layer built (None: all)
+    sources: dict[str, str]  # setting -> flag | bridge config | model config | default
+    notes: tuple[str, ...] = ()
+
+    @property
+    def sliced(self) -> bool:
+        return self.layers is not None and self.layers < self.shape.layers
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "run": self.run.describe(),
+            "model": self.shape.describe(),
+            "measured_layers": self.layers or self.shape.layers,
+            "measured_experts": self.experts or self.shape.experts,
+            "sliced": self.sliced,
+            "sources": dict(self.sources),
+            "notes": list(self.notes),
+        }
+
+
+def _bridge(path: str | None) -> BridgeRun | None:
+    return None if path is None else read_bridge_config(path)
+
+
+def bridge_packs(bridge: BridgeRun) -> bool:
+    """Whether a Bridge run really packs samples into rows. In 0.6.2 the Qwen3-VL recipes set
+    ``enable_in_batch_packing`` with ``defer_in_batch_packing_to_step``: the collate does not pack and
+    ``qwen3_vl_step`` keeps one sample per row (it only builds THD metadata), so that is not packing; offline
+    packing (Energon) is."""
+    d = bridge.packing_detail or {}
+    in_batch = bool(d.get("enable_in_batch_packing")) and not d.get("defer_in_batch_packing_to_step")
+    return bool(d.get("enable_offline_packing")) or in_batch
+
+
+def _shape(cfg: AuditConfig, bridge: BridgeRun | None, sources: dict[str, str]) -> ModelShape:
+    try:
+        if cfg.model_config is not None:
+            sources["model"] = "model config"
+            return read_model_config(cfg.model_config)
+        if cfg.preset is None and bridge is not None and (bridge.model_fields or {}).get("num_layers"):
+            sources["model"] = "bridge config"
+            return shape_from_bridge(bridge.model_fields, f"the model of {bridge.path}")
+        sources["model"] = "flag" if cfg.preset is not None else "default"
+        return preset_shape(cfg.preset or cfg.defaults()["preset"])
+    except ModelConfigError as e:
+        raise AuditError(str(e)) from None
+
+
+def _run_values(cfg: AuditConfig, bridge, sources: dict[str, str]) -> dict[str, Any]:
+    d = cfg.defaults()
+    values: dict[str, Any] = {}
+    for name in BRIDGE_RUN_FIELDS:
+        given = getattr(cfg, name, None)
+        from_bridge = getattr(bridge, _BRIDGE_NAMES.get(name, name), None) if bridge is not None else None
+        if given is not None:
+            values[name], sources[name] = given, "flag"
+        elif from_bridge is not None:
+            values[name], sources[name] = from_bridge, "bridge config"
+        elif name in ("seq_length", "micro_batch_size"):
+            values[name], sources[name] = d[name], "default"
+        else:
+            sources[name] = "default"
+    if cfg.seq_policy is not None:
+        values["seq_policy"], sources["seq_policy"] = cfg.seq_policy, "flag"
+    elif bridge is not None and bridge_packs(bridge):
+        values["seq_policy"], sources["seq_policy"] = "pack", "bridge config"
+    else:
+        sources["seq_policy"] = "default"
+    values["default_micro_batches"] = d["micro_batches"]
+    return values
+
+
+_BRIDGE_NAMES = {
+    "tp": "tensor_parallel",
+    "pp": "pipeline_parallel",
+    "ep": "expert_parallel",
+    "cp": "context_parallel",
+    "etp": "expert_tensor_parallel",
+    "dp": "data_parallel",
+}
+
+
+def _measured_part(cfg: AuditConfig, shape: ModelShape, run: RunSpec, sources: dict[str, str]):
+    """(layers, experts) of the part one GPU builds, and a note."""
+    experts = None
+    if shape.experts and run.ep > 1:
+        experts = max(1, shape.experts // run.ep)
+    if cfg.slice_layers is not None:
+        sources["slice_layers"] = "flag"
+        return min(cfg.slice_layers, shape.layers), experts, None
+    sources["slice_layers"] = "default"
+    params = _param_count(shape, experts)
+    cuda = device_kind(cfg.device) == "cuda"
+    total_mem = (
+        torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        if cuda
+        else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    )
+    bytes_per_param = 20 if shape.master_weights else 8
+    if total_mem and params * bytes_per_param > WHOLE_MODEL_MEMORY_FRACTION * total_mem:
+        layers = min(SLICE_LAYERS, shape.layers)
+        return (
+            layers,
+            experts,
+            (
+                f"the whole model ({params / 1e9:.1f}B parameters on this GPU, {params * bytes_per_param / 2**30:.0f} "
+                f"GiB of training state) does not fit: measuring {layers} of {shape.layers} decoder layers and "
+                "composing the step (vlmdata.audit.compose)"
+            ),
+        )
+    return None, experts, None
+
+
+def _param_count(shape: ModelShape, experts: int | None) -> int:
+    """Parameters of the part one GPU holds (experts / EP per layer), counted on the meta device."""
+    import transformers
+
+    cfg = shape.sliced(None, experts)
+    with torch.device("meta"):
+        model = getattr(transformers, FAMILIES[shape.model_type][2])(cfg)
+    return sum(p.numel() for p in model.parameters())
+
+
+def resolve(cfg: AuditConfig, world_size: int = 1) -> Resolved:
+    """Fill in every setting (see the module docstring); ``world_size``: data-parallel ranks under torchrun
+    (their count is the run's DP unless given)."""
+    sources: dict[str, str] = {}
+    notes: list[str] = []
+    bridge = _bridge(cfg.bridge_config)
+    shape = _shape(cfg, bridge, sources)
+    values = _run_values(cfg, bridge, sources)
+    if world_size > 1 and "dp" not in values:
+        values["dp"], sources["dp"] = world_size, "flag"
+    try:
+        run = RunSpec(**values, sources={k: v for k, v in sources.items() if k in values})
+    except RunSpecError as e:
+        raise AuditError(str(e)) from None
+    if bridge is not None and getattr(bridge, "model_fields", None):
+        notes += _model_mismatch(bridge.model_fields, shape)
+    layers, experts, note = _measured_part(cfg, shape, run, sources)
+    if note:
+        notes.append(note)
+    if run.ep > 1 and not shape.experts:
+        notes.append(f"ep={run.ep} on a dense decoder ({shape.family}): no experts to distribute; ignored")
+    return Resolved(run, shape, layers, experts, sources, tuple(notes))
+
+
+def _model_mismatch(fields: dict, shape: ModelShape) -> list[str]:
+    """Bridge's model fields that disagree with the model config (said in the report)."""
+    pairs = {
+        "num_layers": shape.layers,
+        "hidden_size": shape.text.hidden_size,
+        "num_moe_experts": shape.experts,
+        "moe_router_topk": shape.top_k,
+    }
+    return [
+        f"the Bridge config's model.{k} is {fields[k]} but the model has {v}"
+        for k, v in pairs.items()
+        if fields.get(k) is not None and v is not None and fields[k] != v
+    ]
+
+
+def default_workers(device: str, n_sources: int, world_size: int = 1) -> int:
+    """Loader workers per source and rank: 0 on CPU (the step already uses every core); on CUDA the
+    rank's share of the CPUs, minus two for the training process, split over the sources, 1..4."""
+    if device_kind(device) != "cuda":
+        return 0
+    cpus = (os.cpu_count() or 1) // max(1, world_size)
+    return max(1, min(4, (cpus - 2) // max(1, n_sources)))

@@ -1,0 +1,229 @@
+"""The reference model's attention on the fastest kernels torch offers, without host round-trips.
+
+What Bridge runs (REFERENCE.md section 11): the vision tower attends over all images of a micro-batch as
+one packed sequence (Transformer Engine, variable-length), and the decoder runs causal flash attention.
+transformers' SDPA path for the Qwen-VL vision tower instead splits the packed patches image by image in
+every block (``lengths.tolist()``: a device sync per block) and runs one SDPA call per image. This module
+registers one attention function, ``VARLEN`` ("vlmdata_flash_varlen"), in transformers'
+``ALL_ATTENTION_FUNCTIONS``. Its name contains "flash", so the Qwen-VL vision attention takes its packed
+(``cu_seqlens``) path, and:
+
+- with ``cu_seq_lens_q`` (the vision tower's packed images, bidirectional, or a packed decoder
+  micro-batch, causal): one variable-length flash attention call over the whole packed sequence
+  (``torch.nn.attention.varlen.varlen_attn`` on CUDA); on CPU, or where no varlen kernel exists, one
+  ``scaled_dot_product_attention`` call per segment (a correct, slower fallback, said in ``describe()``);
+- otherwise (the padded decoder): ``scaled_dot_product_attention`` with ``is_causal`` and no mask, the
+  flash backend on CUDA, as transformers' own "sdpa" does.
+
+``vision_kwargs(model, grid_cpu)`` computes on the host, from the batch's CPU ``image_grid_thw``, what
+the vision tower would otherwise compute on the device with ``.tolist()`` syncs (transformers >= 5.2x
+accepts them precomputed as ``image_*`` keyword arguments: ``cu_seqlens``, ``max_seqlen``, the rotary
+``position_ids``, the position-embedding interpolation taps, and for Qwen2.5-VL the window index). The
+step copies them to the device with the batch.
+
+A packed decoder batch (``seq_policy="pack"``: one row of several samples) passes its sample boundaries
+through ``packed(cu_seqlens, max_len)``, a context the decoder attention reads; it is a plain module
+global, not a contextvar, because activation recompute re-runs the forward on autograd's device thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+VARLEN = "vlmdata_flash_varlen"
+
+_PACKED: dict[str, Any] | None = None  # the decoder's packed sample boundaries for the current micro-batch
+_VARLEN_FN = None
+_VARLEN_PARAMS: frozenset[str] = frozenset()
+
+
+def _varlen_kernel():
+    """torch's variable-length flash attention, or None (torch too old, or no such kernel)."""
+    global _VARLEN_FN, _VARLEN_PARAMS
+    if _VARLEN_FN is None:
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+        except ImportError:
+            _VARLEN_FN = False
+        else:
+            _VARLEN_FN = varlen_attn
+            _VARLEN_PARAMS = frozenset(inspect.signature(varlen_attn).parameters)
+    return _VARLEN_FN or None
+
+
+def kernel_name(device: torch.device | str) -> str:
+    """The kernel packed attention runs on for ``device`` (for reports)."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and _varlen_kernel() is not None:
+        return "torch.nn.attention.varlen.varlen_attn (flash, variable length)"
+    return "scaled_dot_product_attention per segment (no variable-length kernel on this device)"
+
+
+@contextlib.contextmanager
+def packed(cu_seqlens: torch.Tensor | None, max_len: int | None):
+    """Within the block, causal decoder attention respects these sample boundaries ([1, T] packed rows)."""
+    global _PACKED
+    before = _PACKED
+    _PACKED = None if cu_seqlens is None else {"cu": cu_seqlens, "max": int(max_len or 0)}
+    try:
+        yield
+    finally:
+        _PACKED = before
+
+
+def _per_segment(q, k, v, cu: list[int], causal: bool, scale: float | None) -> torch.Tensor:
+    """[T, H, D] inputs -> [T, H, D]: one SDPA call per segment (CPU / fallback)."""
+    outs = []
+    for s, e in zip(cu[:-1], cu[1:]):
+        if e <= s:
+            continue
+        qs, ks, vs = (x[s:e].transpose(0, 1).unsqueeze(0) for x in (q, k, v))
+        o = F.scaled_dot_product_attention(
+            qs, ks, vs, is_causal=causal, scale=scale, enable_gqa=ks.shape[1] != qs.shape[1]
+        )
+        outs.append(o[0].transpose(0, 1))
+    return torch.cat(outs, 0) if outs else q.new_zeros(q.shape)
+
+
+def varlen_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_len: int,
+    *,
+    causal: bool,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Attention within each segment of a packed sequence.
+
+    Args:
+        q, k, v: [T, H, D] (k and v may have fewer heads than q: grouped-query attention).
+        cu_seqlens: int32 [N+1] segment boundaries on q's device.
+        max_len: the longest segment (a host int: no device sync).
+        causal: causal within each segment (the decoder) or bidirectional (vision).
+        scale: softmax scale (default 1/sqrt(D)).
+
+    Returns:
+        [T, H, D].
+    """
+    fn = _varlen_kernel()
+    if fn is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+        kw: dict[str, Any] = {"scale": scale}
+        if k.shape[1] != q.shape[1]:
+            if "enable_gqa" in _VARLEN_PARAMS:
+                kw["enable_gqa"] = True
+            else:
+                rep = q.shape[1] // k.shape[1]
+                k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        if causal:
+            if "is_causal" in _VARLEN_PARAMS:
+                kw["is_causal"] = True
+            else:
+                kw["window_size"] = (-1, 0)
+        cu = cu_seqlens.to(torch.int32)
+        return fn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, max_len, max_len, **kw)
+    return _per_segment(q, k, v, cu_seqlens.tolist(), causal, scale)
+
+
+def attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention interface: [B, H, S, D] inputs -> ([B, S, H, D], None)."""
+    cu = kwargs.get("cu_seq_lens_q")
+    causal = bool(getattr(module, "is_causal", True))
+    if cu is None and _PACKED is not None and causal and query.shape[0] == 1:
+        cu, max_len = _PACKED["cu"], _PACKED["max"]
+    else:
+        max_len = kwargs.get("max_length_q")
+    if cu is not None and query.shape[0] == 1:
+        if max_len is None:  # not precomputed by the caller: one sync
+            max_len = int((cu[1:] - cu[:-1]).max().item())
+        q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))
+        out = varlen_attention(q, k, v, cu, int(max_len), causal=causal, scale=scaling)
+        return out.unsqueeze(0), None
+    if attention_mask is not None and attention_mask.ndim == 4:
+        mask = attention_mask[:, :, :, : key.shape[-2]]
+        out = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1]
+        )
+    else:
+        out = F.scaled_dot_product_attention(
+            query,
+            key,
+            value,
+            is_causal=causal and query.shape[2] > 1,
+            scale=scaling,
+            enable_gqa=key.shape[1] != query.shape[1],
+        )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register() -> str:
+    """Register ``VARLEN`` with transformers (idempotent); returns its name."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(VARLEN, attention_forward)
+    return VARLEN
+
+
+def use_fast_attention(config) -> None:
+    """Point a Qwen-VL config (and its vision and text sub-configs) at ``VARLEN``."""
+    register()
+    for c in (config, getattr(config, "vision_config", None), getattr(config, "text_config", None)):
+        if c is not None:
+            c._attn_implementation = VARLEN
+
+
+def use_sdpa(config) -> None:
+    """Point a Qwen-VL config back at transformers' own SDPA path (per-image vision attention)."""
+    for c in (config, getattr(config, "vision_config", None), getattr(config, "text_config", None)):
+        if c is not None:
+            c._attn_implementation = "sdpa"
+
+
+def vision_kwargs(visual, grid: torch.Tensor) -> dict[str, Any]:
+    """What the vision tower ``visual`` computes from ``image_grid_thw`` with host syncs, computed on the host
+    from the CPU grid instead (``image_*`` keyword arguments of the model's forward; ``max_seqlen`` values are
+    ints, the tensors CPU tensors for the step to copy to the device)."""
+    from transformers import vision_utils as vu
+
+    grid = grid.to("cpu", torch.int64)
+    merge = visual.spatial_merge_size
+    cu = vu.get_vision_cu_seqlens(grid)
+    out: dict[str, Any] = {
+        "image_cu_seqlens": cu,
+        "image_max_seqlen": int((cu[1:] - cu[:-1]).max()),
+        "image_position_ids": vu.get_vision_position_ids(grid, merge),
+    }
+    if hasattr(visual, "window_size"):  # Qwen2.5-VL: windowed attention in most blocks
+        window_index, cu_window = vu.get_vision_window_index(
+            grid, spatial_merge_size=merge, window_size=visual.window_size, patch_size=visual.patch_size
+        )
+        out.update(
+            image_window_index=window_index,
+            image_cu_window_seqlens=cu_window,
+            image_max_window_seqlen=int((cu_window[1:] - cu_window[:-1]).max()),
+        )
+    if hasattr(visual, "num_grid_per_side"):  # Qwen3-VL: the learned position grid resampled to each image
+        idx, w = vu.get_vision_interpolation_indices_and_weights(
+            grid,
+            num_grid_per_side=visual.num_grid_per_side,
+            mode=visual.interpolation_mode,
+            align_corners=visual.interpolation_align_corners,
+            spatial_merge_size=merge,
+        )
+        out.update(image_interp_indices=idx, image_interp_weights=w)
+    return out
