@@ -31,11 +31,12 @@ for stage in "$@"; do
     smoke)
       run smoke-default 200 --steps 2 --sources imagefree,real
       run smoke-a3b 200 --bridge-config $A3B --steps 2 --sources imagefree,real ;;
-    audit) run "$stage" 300 --sources "$src" ;;
-    a3b) run "$stage" 300 --bridge-config $A3B --sources "$src" ;;
+    audit) run "$stage" 150 --sources "$src" --max-steps "${AUDIT_STEPS:-4}" ;;
+    a3b) run "$stage" 150 --bridge-config $A3B --sources "$src" --max-steps "${A3B_STEPS:-6}" ;;
     compose)
-      run "$stage-whole" 200 --sources "${order/fwd/imagefree,real}" --steps 6
-      run "$stage-slice" 200 --sources "${order/fwd/imagefree,real}" --steps 6 --slice-layers 4 ;;
+      pair=imagefree,real; [ "${order:-fwd}" = rev ] && pair=real,imagefree
+      run "$stage-whole" 120 --sources $pair --steps "${COMPOSE_STEPS:-3}"
+      run "$stage-slice" 120 --sources $pair --steps "${COMPOSE_STEPS:-3}" --slice-layers 4 ;;
   esac
 done
 for d in /tmp/fid/*/; do rm -rf "$d/synthetic-twin"; done

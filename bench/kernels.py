@@ -11,7 +11,9 @@ plans, allocator), each one pass over the ``--micro`` batches:
   block, a host sync per block) and one optimizer step per micro-batch (the audit before Bridge semantics);
 - ``sdpa-gbs``: the same attention, one optimizer step per ``--micro`` micro-batches (Bridge's global step);
 - ``varlen-gbs``: ``vlmdata.audit.kernels``' variable-length flash attention over all images of a
-  micro-batch (no per-block host round-trip; the vision index tensors computed on the host), Bridge's step.
+  micro-batch (no per-block host round-trip; the vision index tensors computed on the host), Bridge's step;
+- ``varlen-gbs-rms``: the same with torch's fused RMSNorm (``kernels.fuse_rms_norm``);
+- ``perimage-gbs-rms``: per-image SDPA split by host-known lengths (no sync; cuDNN), fused RMSNorm.
 
 Per contender: ms per micro-batch (min / median / max over rounds) and the TFLOP/s of every stage (model FLOPs
 of the part the stage runs / its device time, medians). Then, with ``--profile``, the top CUDA kernels of
@@ -64,10 +66,14 @@ def to_device(batch: dict, dev) -> dict:
 
 
 def set_attention(model, name: str) -> None:
-    if name.startswith("varlen"):
+    """today / sdpa-*: transformers' SDPA path and its RMSNorm; varlen-*: packed flash vision attention;
+    perimage-*: per-image SDPA split on the host; *-rms: with torch's fused RMSNorm."""
+    if name.startswith(("varlen", "perimage")):
         kernels.use_fast_attention(model.config)
+        kernels.set_segment_mode("per_image" if name.startswith("perimage") else "varlen")
     else:
         kernels.use_sdpa(model.config)
+    kernels.set_fused_norm(name.endswith("-rms"))
 
 
 def run_pass(step: TrainStep, model, name: str, batches: list[dict]) -> list[dict]:
@@ -135,7 +141,7 @@ def new_shape_costs(step: TrainStep, model, dev, k: int = 8) -> dict:
     """Forward + backward of a one-image batch with a grid no batch had: first call vs second call (ms)."""
     g = torch.Generator().manual_seed(1)
     out = {}
-    for name in ("sdpa", "varlen"):
+    for name in ("sdpa", "varlen-rms", "perimage-rms"):
         set_attention(model, name)
         first, second = [], []
         for _ in range(k):
@@ -168,7 +174,7 @@ def profile(step: TrainStep, model, batches: list[dict], out_dir: str | None) ->
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as prof
 
-    set_attention(model, "varlen")
+    set_attention(model, "varlen-gbs-rms")
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     with prof(activities=acts) as p:
         run_pass(step, model, "varlen-gbs", batches[:4])
@@ -203,14 +209,14 @@ def main() -> None:
         for k, v in step_flops(model.config, b).items():
             flops[k] = flops.get(k, 0) + v
     flops["flops"] = flops["total_flops"]
-    names = ["today", "sdpa-gbs", "varlen-gbs"]
+    names = ["today", "sdpa-gbs", "varlen-gbs", "varlen-gbs-rms", "perimage-gbs-rms"]
     t = time.perf_counter()
     for name in names:  # warm every shape on both attention paths, and the optimizer
         run_pass(step, model, name, batches)
     print(f"warm-up {time.perf_counter() - t:.1f} s; load {os.getloadavg()}")
     results: dict[str, list] = {n: [] for n in names}
     for r in range(args.rounds):
-        for name in names[r % 3 :] + names[: r % 3]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             results[name].append(run_pass(step, model, name, batches))
     summary = {n: summarise(results[n], flops, len(batches)) for n in names}
     base = statistics.median(summary["today"]["ms_per_micro"])

@@ -38,6 +38,9 @@ import torch.nn.functional as F
 VARLEN = "vlmdata_flash_varlen"
 
 _PACKED: dict[str, Any] | None = None  # the decoder's packed sample boundaries for the current micro-batch
+_SEGMENTS: dict[int, list[int]] = {}  # host copies of the vision tower's cu_seqlens, by their length
+SEGMENT_MODES = ("varlen", "per_image")
+_SEGMENT_MODE = "varlen"
 _VARLEN_FN = None
 _VARLEN_PARAMS: frozenset[str] = frozenset()
 
@@ -59,6 +62,8 @@ def _varlen_kernel():
 def kernel_name(device: torch.device | str) -> str:
     """The kernel packed attention runs on for ``device`` (for reports)."""
     dev = torch.device(device)
+    if _SEGMENT_MODE == "per_image":
+        return "vision: scaled_dot_product_attention per image (host-split, no sync); decoder: flash via SDPA"
     if dev.type == "cuda" and _varlen_kernel() is not None:
         return "torch.nn.attention.varlen.varlen_attn (flash, variable length)"
     return "scaled_dot_product_attention per segment (no variable-length kernel on this device)"
@@ -74,6 +79,32 @@ def packed(cu_seqlens: torch.Tensor | None, max_len: int | None):
         yield
     finally:
         _PACKED = before
+
+
+def set_segment_mode(mode: str) -> None:
+    """How the vision tower's packed images attend: "varlen" (one variable-length flash call over all of
+    them) or "per_image" (one SDPA call per image, split by host-known lengths: no device sync; SDPA picks
+    its backend per call, cuDNN on Hopper, which builds a plan per new length)."""
+    global _SEGMENT_MODE
+    if mode not in SEGMENT_MODES:
+        raise ValueError(f"segment mode must be one of {SEGMENT_MODES}, got {mode!r}")
+    _SEGMENT_MODE = mode
+
+
+def segment_mode() -> str:
+    return _SEGMENT_MODE
+
+
+@contextlib.contextmanager
+def host_segments(*cu_lists: list[int]):
+    """Within the block, packed attention whose boundaries match one of these host lists splits on the host."""
+    global _SEGMENTS
+    before = _SEGMENTS
+    _SEGMENTS = {len(c): list(c) for c in cu_lists if c is not None}
+    try:
+        yield
+    finally:
+        _SEGMENTS = before
 
 
 def _per_segment(q, k, v, cu: list[int], causal: bool, scale: float | None) -> torch.Tensor:
@@ -113,6 +144,9 @@ def varlen_attention(
         [T, H, D].
     """
     fn = _varlen_kernel()
+    host = _SEGMENTS.get(int(cu_seqlens.shape[0])) if not causal else None
+    if host is not None and _SEGMENT_MODE == "per_image":
+        return _per_segment(q, k, v, host, causal, scale)
     if fn is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
         kw: dict[str, Any] = {"scale": scale}
         if k.shape[1] != q.shape[1]:
@@ -169,6 +203,37 @@ def attention_forward(
             enable_gqa=key.shape[1] != query.shape[1],
         )
     return out.transpose(1, 2).contiguous(), None
+
+
+def _fused_rms_norm(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    """transformers' RMSNorm (fp32 statistics, output in the input dtype, times the weight) as one
+    ``F.rms_norm`` call (torch's fused kernel) instead of about seven elementwise kernels."""
+    if not _FUSED_NORM:
+        return type(self).forward(self, hidden_states)
+    eps = getattr(self, "variance_epsilon", getattr(self, "eps", 1e-6))
+    return F.rms_norm(hidden_states, (hidden_states.shape[-1],), self.weight, eps)
+
+
+_FUSED_NORM = True
+
+
+def set_fused_norm(on: bool) -> None:
+    """Whether ``fuse_rms_norm``'s patched modules use the fused kernel (for before/after measurements)."""
+    global _FUSED_NORM
+    _FUSED_NORM = bool(on)
+
+
+def fuse_rms_norm(model) -> int:
+    """Run every RMSNorm module of ``model`` (the decoder's layer norms, q/k norms, final norm) on torch's fused
+    ``F.rms_norm``; returns how many were patched."""
+    import types
+
+    n = 0
+    for module in model.modules():
+        if type(module).__name__.endswith("RMSNorm") and hasattr(module, "weight"):
+            module.forward = types.MethodType(_fused_rms_norm, module)
+            n += 1
+    return n
 
 
 def register() -> str:

@@ -96,6 +96,7 @@ def build_model(
     model.train()
     if attention == "varlen":
         kernels.use_fast_attention(model.config)
+        kernels.fuse_rms_norm(model)
     # nn.Module.__setattr__ takes any value
     model.vlmdata_preset = shape.name.removeprefix("preset ")  # pyright: ignore[reportArgumentType]
     model.vlmdata_shape = shape  # pyright: ignore[reportArgumentType]

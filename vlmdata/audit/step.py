@@ -421,7 +421,8 @@ class TrainStep:
         max_len = None if cu is None else int((cu[1:] - cu[:-1]).max())
         if self.fsdp:
             self.forward_module.set_requires_gradient_sync(last)  # pyright: ignore[reportAttributeAccessIssue]  # FSDPModule
-        with kernels.packed(None if cu is None else _to(cu, self.device), max_len):
+        host = [vkw[k].tolist() for k in ("image_cu_seqlens", "image_cu_window_seqlens") if k in vkw]
+        with kernels.packed(None if cu is None else _to(cu, self.device), max_len), kernels.host_segments(*host):
             loss = self._forward_loss(batch, pos, vkw)
             if loss.requires_grad:  # everything the batch reaches may be frozen (an image-free batch, frozen LM)
                 (loss / self.n_micro).backward()
