@@ -147,8 +147,12 @@ def main() -> None:
         for n in names[r % len(names) :] + names[: r % len(names)]:
             res[n].append(timed(CONTENDERS[n], inputs))
     ref = CONTENDERS["per-image default"](*inputs[0])
-    print(f"{args.micro} micro-batches, {sum(len(g) for g in gs)} images, {sum(map(sum, gs))} patches; load {os.getloadavg()}")
-    print(f"{'contender':22s} {'fwd ms min/med/max':>22s} {'bwd ms med':>10s} {'fwd TF/s':>8s} {'bwd TF/s':>8s}  rel err")
+    print(
+        f"{args.micro} micro-batches, {sum(len(g) for g in gs)} images, {sum(map(sum, gs))} patches; load {os.getloadavg()}"
+    )
+    print(
+        f"{'contender':22s} {'fwd ms min/med/max':>22s} {'bwd ms med':>10s} {'fwd TF/s':>8s} {'bwd TF/s':>8s}  rel err"
+    )
     summary = {}
     for n in names:
         fw = [f for f, _ in res[n]]

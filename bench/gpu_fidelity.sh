@@ -38,6 +38,7 @@ for stage in "$@"; do
       run "$stage-whole" 120 --sources $pair --steps "${COMPOSE_STEPS:-3}"
       run "$stage-slice" 120 --sources $pair --steps "${COMPOSE_STEPS:-3}" --slice-layers 4 ;;
   esac
+  tar czf "$OUTDIR/reports.tar.gz" --exclude=synthetic-twin -C /tmp fid  # after every stage: a cut-off call keeps what ran
 done
 for d in /tmp/fid/*/; do rm -rf "$d/synthetic-twin"; done
 tar czf "$OUTDIR/reports.tar.gz" -C /tmp fid

@@ -120,8 +120,13 @@ def correctness(dev) -> dict:
         kernels.use_sdpa(model.config)
         ref = model.model(input_ids=ids, position_ids=p, pixel_values=pv, image_grid_thw=grid.to(dev)).last_hidden_state
         kernels.use_fast_attention(model.config)
-        kw = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in kernels.vision_kwargs(model.model.visual, grid).items()}
-        new = model.model(input_ids=ids, position_ids=p, pixel_values=pv, image_grid_thw=grid.to(dev), **kw).last_hidden_state
+        kw = {
+            k: (v.to(dev) if isinstance(v, torch.Tensor) else v)
+            for k, v in kernels.vision_kwargs(model.model.visual, grid).items()
+        }
+        new = model.model(
+            input_ids=ids, position_ids=p, pixel_values=pv, image_grid_thw=grid.to(dev), **kw
+        ).last_hidden_state
         out["vision+decoder rel err"] = float((new.float() - ref.float()).norm() / ref.float().norm())
         # packed decoder: two text rows as one packed row vs separately
         a, b = torch.randint(0, 1000, (1, 50), device=dev), torch.randint(0, 1000, (1, 70), device=dev)
@@ -165,8 +170,11 @@ def new_shape_costs(step: TrainStep, model, dev, k: int = 8) -> dict:
                 t = time.perf_counter()
                 step.warm(batch)
                 dst.append((time.perf_counter() - t) * 1e3)
-        out[name] = {"first_ms_median": statistics.median(first), "second_ms_median": statistics.median(second),
-                     "extra_ms_per_new_shape": statistics.median([a - b for a, b in zip(first, second)])}
+        out[name] = {
+            "first_ms_median": statistics.median(first),
+            "second_ms_median": statistics.median(second),
+            "extra_ms_per_new_shape": statistics.median([a - b for a, b in zip(first, second)]),
+        }
     return out
 
 
@@ -220,8 +228,10 @@ def main() -> None:
             results[name].append(run_pass(step, model, name, batches))
     summary = {n: summarise(results[n], flops, len(batches)) for n in names}
     base = statistics.median(summary["today"]["ms_per_micro"])
-    print(f"\n{'contender':12s} {'ms/micro min/med/max':>24s} {'speed-up':>9s}  TFLOP/s: " + " ".join(
-        f"{k}" for k in summary["today"]["tflops"]))
+    print(
+        f"\n{'contender':12s} {'ms/micro min/med/max':>24s} {'speed-up':>9s}  TFLOP/s: "
+        + " ".join(f"{k}" for k in summary["today"]["tflops"])
+    )
     for n in names:
         ms = summary[n]["ms_per_micro"]
         print(
@@ -233,8 +243,19 @@ def main() -> None:
     print(f"load average at the end {os.getloadavg()}")
     if args.out:
         with open(os.path.join(args.out, "kernels.json"), "w") as f:
-            json.dump({"correctness": check, "summary": summary, "new_shape_costs": costs, "flops": flops,
-                       "micro_batches": len(batches), "preset": args.preset}, f, indent=1, default=str)
+            json.dump(
+                {
+                    "correctness": check,
+                    "summary": summary,
+                    "new_shape_costs": costs,
+                    "flops": flops,
+                    "micro_batches": len(batches),
+                    "preset": args.preset,
+                },
+                f,
+                indent=1,
+                default=str,
+            )
     if args.profile:
         print(profile(step, model, batches, args.out))
 

@@ -30,6 +30,7 @@ def one_thread():
 def fake_run(sources, warm_shapes=True, tmp=None, **kw):
     clock = FakeClock()
     work = ShapeCostWorkload(clock)
+    kw.setdefault("global_batch_size", 2)  # one micro-batch of 2 per optimizer step (accumulation: own tests)
     cfg = AuditConfig(
         sources=tuple(sources),
         min_steps=6,
@@ -321,6 +322,8 @@ def test_two_ranks_under_torchrun(tmp_path):
         "imagefree,synthetic,real",
         "--micro-batch-size",
         "4",
+        "--global-batch-size",
+        "8",  # one micro-batch per optimizer step and rank (DP 2)
         "--max-steps",
         "12",
         "--seq-length",

@@ -51,6 +51,7 @@ DEVICE_DEFAULTS: dict[str, dict[str, Any]] = {
         "block": 1,
         "budget_s": 120.0,
         "logits": "loss",  # the 151,936-row vocabulary dominates a tiny model's step
+        "warmup": 0,  # no loader workers on CPU
     },
     "cuda": {
         "preset": "h200",
@@ -61,11 +62,15 @@ DEVICE_DEFAULTS: dict[str, dict[str, Any]] = {
         "block": 1,
         "budget_s": 150.0,
         "logits": "all",
+        # one untimed global step per source on the live loaders: on the H200 the first timed step after the
+        # warm-up cost 35-90 ms more than the rest (loader workers filling their queues), moving short audits'
+        # imagefree/real by up to 8% (docs/RESULTS.md)
+        "warmup": 1,
     },
 }
 # the fraction of a GPU's memory a whole model's training state may take before the audit measures a slice
 WHOLE_MODEL_MEMORY_FRACTION = 0.5
-SLICE_LAYERS = 4  # decoder layers of a slice when the whole model does not fit
+SLICE_PLAIN_LAYERS = 2  # decoder layers without DeepStack additions in a default slice (compose's per-layer cost)
 BRIDGE_RUN_FIELDS = (
     "micro_batch_size",
     "global_batch_size",
@@ -136,7 +141,7 @@ class AuditConfig:
     num_workers: int | None = None  # loader workers per source and rank; None: 0 on CPU, auto on CUDA
     loader_options: dict[str, Any] = field(default_factory=dict)  # other make_loader options
     # the measurement
-    warmup: int = 0  # untimed full training steps per source after its loader starts
+    warmup: int | None = None  # untimed global steps per source after its loader starts
     min_steps: int | None = None  # global steps per source before stopping; None: one epoch of real
     max_steps: int | None = None  # global steps per source at most
     block: int | None = None  # consecutive global steps of one source within a round
@@ -157,7 +162,7 @@ class AuditConfig:
                 f"need block >= 1 and 1 <= min_steps <= max_steps (got block={self.block}, "
                 f"min_steps={self.min_steps}, max_steps={self.max_steps})"
             )
-        if self.warmup < 0:
+        if self.warmup is not None and self.warmup < 0:
             raise AuditError(f"warmup must be >= 0, got {self.warmup}")
         budget = self.budget_s if self.budget_s is not None else d["budget_s"]
         if not budget > 0 or not 0 < self.precision < 1:
@@ -190,6 +195,9 @@ class AuditConfig:
             "max_steps": block * math.ceil(max_steps / block),
             "budget_s": self.budget_s or d["budget_s"],
         }
+
+    def resolved_warmup(self) -> int:
+        return self.warmup if self.warmup is not None else self.defaults()["warmup"]
 
     def replace(self, **changes: Any) -> AuditConfig:
         return dataclasses.replace(self, **changes)
@@ -302,7 +310,8 @@ def _measured_part(cfg: AuditConfig, shape: ModelShape, run: RunSpec, sources: d
     )
     bytes_per_param = 20 if shape.master_weights else 8
     if total_mem and params * bytes_per_param > WHOLE_MODEL_MEMORY_FRACTION * total_mem:
-        layers = min(SLICE_LAYERS, shape.layers)
+        deepstack = len(getattr(shape.vision, "deepstack_visual_indexes", None) or [])
+        layers = min(max(4, deepstack + SLICE_PLAIN_LAYERS), shape.layers)
         return (
             layers,
             experts,

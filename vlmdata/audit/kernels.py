@@ -161,7 +161,8 @@ def varlen_attention(
             else:
                 kw["window_size"] = (-1, 0)
         cu = cu_seqlens.to(torch.int32)
-        return fn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, max_len, max_len, **kw)
+        out = fn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, max_len, max_len, **kw)
+        return out[0] if isinstance(out, tuple) else out
     return _per_segment(q, k, v, cu_seqlens.tolist(), causal, scale)
 
 

@@ -322,7 +322,7 @@ def shape_from_bridge(fields: dict, name: str) -> ModelShape:
         "num_position_embeddings": v.get("num_position_embeddings") or 2304,
     }
     cls = Qwen3VLMoeConfig if moe else Qwen3VLConfig
-    ids = {
+    ids: dict[str, Any] = {
         k: fields.get(k) or d
         for k, d in (
             ("image_token_id", IMAGE_TOKEN_ID),

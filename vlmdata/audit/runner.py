@@ -40,7 +40,7 @@ import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
@@ -168,8 +168,9 @@ def census(name: str, loader, micro_batches: int, workload, prepare: Callable = 
         lens = _lengths(loader, batch)
         c.longest = max(c.longest, max(lens))
         width = int(torch.as_tensor(batch["input_ids"]).shape[1])
-        c.too_long += sum(n > width for n in lens) if batch.get("cu_seqlens_q") is None else 0
-        c.samples.append(_census_samples(loader, batch, merge))
+        too_long = sum(n > width for n in lens) if batch.get("cu_seqlens_q") is None else 0
+        c.too_long += too_long
+        c.samples.append([] if too_long else _census_samples(loader, batch, merge))  # truncated: refused below
     return c
 
 
@@ -254,7 +255,7 @@ def global_record(
         rec[k] = sum(int(p.get(k) or 0) for p in parts)
     for k in FLOP_FIELDS:
         vals = [p.get(k) for p in parts]
-        rec["flops" if k == "total_flops" else k] = None if any(v is None for v in vals) else sum(vals)
+        rec["flops" if k == "total_flops" else k] = None if any(v is None for v in vals) else sum(v or 0 for v in vals)
     micro_ms = r.get("micro_ms") or [None] * len(parts)
     decoder_ms = r.get("micro_decoder_ms") or [None] * len(parts)
     rec["micro"] = [
@@ -268,6 +269,7 @@ def global_record(
         }
         for p, ms, dec in zip(parts, micro_ms, decoder_ms)
     ]
+    rec["plain_layers"] = r.get("plain_layers")
     rec["visual_tokens_per_sample"] = [v for p in parts for v in p.get("visual_tokens_per_sample") or []]
     rec["first_seen_shapes"] = sum(p["new_items"] for p in parts)
     rec["census_match"] = None if any(p["match"] is None for p in parts) else all(p["match"] for p in parts)
@@ -295,9 +297,10 @@ class _Audit:
         )
         m = cfg.measure_settings()
         self.block, self.cap, self.budget_s = m["block"], m["max_steps"], m["budget_s"]
+        self.warmup = cfg.resolved_warmup()
         self.n_micro = self.res.run.micro_batches
-        self.horizon = cfg.warmup + self.cap  # global steps the census covers
-        self.workload = as_global_steps(workload if workload is not None else self._workload())
+        self.horizon = self.warmup + self.cap  # global steps the census covers
+        self.workload: Any = as_global_steps(workload if workload is not None else self._workload())
         summary = (self.workload.describe() or {}).get("model") or {}
         self.comp = (
             plan(self.res.run, self.res.shape, summary, link_gbps=cfg.link_gbps)
@@ -397,7 +400,7 @@ class _Audit:
         self.epoch_micro = micro
         if micro is None:
             return None
-        micro = max(1, micro - self.cfg.warmup * self.n_micro) if self.cfg.warmup else micro
+        micro = max(1, micro - self.warmup * self.n_micro) if self.warmup else micro
         return micro // self.n_micro if micro % self.n_micro == 0 else None
 
     def min_steps(self, epoch: int | None) -> int:
@@ -469,7 +472,7 @@ class _Audit:
             self.startup[name] = (self.clock() - t0) * 1e3
             if getattr(self.live[name], "last_epoch", None) is not None:
                 self.last_epoch[name] = self.live[name].last_epoch
-        for i in range(self.cfg.warmup):  # optional untimed global steps per source
+        for i in range(self.warmup):  # optional untimed global steps per source
             for name in self.cfg.sources:
                 self.workload.begin_step(self.n_micro)
                 for j in range(self.n_micro):
@@ -492,7 +495,7 @@ class _Audit:
 
     def global_step(self, name: str, k: int) -> dict | None:
         """One measured global step of ``name`` (its k-th); None when it ran out of memory."""
-        base = (self.cfg.warmup + k) * self.n_micro
+        base = (self.warmup + k) * self.n_micro
         parts, keys, wait_kind = [], [], "steady"
         t0 = self.clock()
         self.workload.begin_step(self.n_micro)
@@ -544,7 +547,7 @@ class _Audit:
                 if done == min_steps and hasattr(advance, "set_total"):  # measuring on past min_steps
                     advance.set_total(n * self.cap)
                 if self.rounds:
-                    self.warm(range(cfg.warmup + done, cfg.warmup + min(self.cap, done + self.block)))
+                    self.warm(range(self.warmup + done, self.warmup + min(self.cap, done + self.block)))
                 for name in [cfg.sources[(self.rounds + j) % n] for j in range(n)]:
                     for j in range(self.block):
                         if name not in self.oom:
@@ -594,7 +597,9 @@ class _Audit:
         opt = [r["times_ms"].get("optimizer", 0.0) + r["times_ms"].get("grad_sync", 0.0) for r in recs[REAL]]
         try:
             cost = fit_cost_model(micro, optimizer_ms=sum(opt) / len(opt))
-            census = {n: [Sample(int(t), tuple(p)) for t, p in self.censuses[n].epoch_samples()] for n in recs}
+            census: dict[str, Sequence[Sample]] = {
+                n: [Sample(int(t), tuple(p)) for t, p in self.censuses[n].epoch_samples()] for n in recs
+            }
             run = self.res.run
             sim = simulate(
                 census,
@@ -699,7 +704,7 @@ def run_audit(
         min_steps = a.min_steps(epoch)
         prep_s = clock() - t_prep
         a.first_step()
-        a.warm(range(0, min(a.horizon, cfg.warmup + a.block)))
+        a.warm(range(0, min(a.horizon, a.warmup + a.block)))
         loader_warm_s = a.start_loaders()
         done, stop, measure_s = a.run_rounds(min_steps, epoch)
         window = _window(done, epoch)
@@ -740,7 +745,7 @@ def run_audit(
                 "full_steps": a.warm_stats["full_steps"],
                 "shape_items": len(a.warmed),
                 "seconds": a.warm_stats["seconds"],
-                "loader_steps_per_source": cfg.warmup,
+                "loader_steps_per_source": a.warmup,
                 "loader_seconds": loader_warm_s,
             },
             "prepare_seconds": prep_s,

@@ -363,8 +363,15 @@ class TrainStep:
             lm.register_forward_pre_hook(pre("lm_start")),
             model.lm_head.register_forward_pre_hook(pre("head_start")),
             lm.norm.register_forward_pre_hook(grad_mark("bwd_head_end")),  # its input's gradient: head done
-            lm.layers[0].register_forward_pre_hook(grad_mark("bwd_decoder_end")),  # layer 0's input: decoder done
+            lm.norm.register_forward_pre_hook(pre("lm_norm")),
         ]
+        for i, layer in enumerate(lm.layers):  # per layer: forward start, and its input's gradient (backward end)
+            hooks += [
+                layer.register_forward_pre_hook(pre(f"L{i}")),
+                layer.register_forward_pre_hook(grad_mark(f"B{i}")),
+            ]
+        self.deepstack_layers = len(getattr(model.config.vision_config, "deepstack_visual_indexes", None) or [])
+        self.decoder_layers = len(lm.layers)
         for merger in [vis.merger, *getattr(vis, "deepstack_merger_list", [])]:
             hooks += [
                 merger.register_forward_pre_hook(pre("proj_start")),
@@ -420,7 +427,7 @@ class TrainStep:
         cu = batch.get("cu_seqlens_q")
         max_len = None if cu is None else int((cu[1:] - cu[:-1]).max())
         if self.fsdp:
-            self.forward_module.set_requires_gradient_sync(last)  # pyright: ignore[reportAttributeAccessIssue]  # FSDPModule
+            getattr(self.forward_module, "set_requires_gradient_sync")(last)  # an FSDPModule's
         host = [vkw[k].tolist() for k in ("image_cu_seqlens", "image_cu_window_seqlens") if k in vkw]
         with kernels.packed(None if cu is None else _to(cu, self.device), max_len), kernels.host_segments(*host):
             loss = self._forward_loss(batch, pos, vkw)
@@ -458,12 +465,14 @@ class TrainStep:
         marks = self.marks.resolve()
         loss = float(torch.stack(self._losses).float().mean().item()) if self._losses else float("nan")
         times, micro_ms, micro_decoder_ms = _stages(marks, self._micro)
+        plain = _plain_layers(marks, self.deepstack_layers, self.decoder_layers)
         peak = torch.cuda.max_memory_allocated(self.device) if self.cuda else None
         return {
             "loss": loss,
             "times_ms": times,
             "micro_ms": micro_ms,
             "micro_decoder_ms": micro_decoder_ms,
+            "plain_layers": plain,
             "data_wait_ms": times["data_wait"],
             "wall_ms": (time.perf_counter() - self._t_host) * 1e3,
             "peak_mem_bytes": peak,
@@ -534,6 +543,27 @@ def _stages(marks: list[tuple[str, float]], micro: list[dict]) -> tuple[dict[str
     return t, micro_ms, decoder_ms
 
 
+def _plain_layers(marks: list[tuple[str, float]], first: int, n: int) -> dict[str, float]:
+    """Forward and backward device time of the decoder layers that get no DeepStack addition (``first``..n-1),
+    summed over the step's micro-batches: the per-layer cost a slice composes with (``vlmdata.audit.compose``).
+    Layer i's forward runs from its mark to the next layer's (or the final norm's); its backward from the
+    gradient of the next layer's input (or of the final norm's input) to the gradient of its own input."""
+    out = {"forward_ms": 0.0, "backward_ms": 0.0, "layers": 0}
+    seg: dict[str, float] = {}
+    for name, ms in marks + [("", 0.0)]:
+        if name in ("start", ""):  # a micro-batch boundary (or the end)
+            for i in range(first, n):
+                f0, f1 = seg.get(f"L{i}"), seg.get(f"L{i + 1}", seg.get("lm_norm"))
+                b0, b1 = seg.get(f"B{i + 1}", seg.get("bwd_head_end")), seg.get(f"B{i}")
+                if None not in (f0, f1, b0, b1):
+                    out["forward_ms"] += f1 - f0  # pyright: ignore[reportOperatorIssue]  # not None (checked)
+                    out["backward_ms"] += b1 - b0  # pyright: ignore[reportOperatorIssue]
+                    out["layers"] += 1
+            seg = {}
+        seg.setdefault(name, ms)
+    return out
+
+
 def _micro_stages(t: dict[str, float], seg: list[tuple[str, float]], at: dict[str, float], end: float) -> None:
     """Add one micro-batch's forward and backward stages to ``t``."""
     proj, open_at = 0.0, None
@@ -553,7 +583,7 @@ def _micro_stages(t: dict[str, float], seg: list[tuple[str, float]], at: dict[st
     t["lm_head_loss"] += head
     t["forward_other"] += fwd - vis_total - lm - head
     head_end = at.get("bwd_head_end", at["fwd_end"])
-    dec_end = at.get("bwd_decoder_end", head_end)
+    dec_end = at.get("B0", head_end)
     t["backward_head"] += head_end - at["fwd_end"]
     t["backward_decoder"] += dec_end - head_end
     t["backward_vision"] += end - dec_end

@@ -432,7 +432,7 @@ def config_from(args):
         link_gbps=args.link_gbps,
         num_workers=args.num_workers,
         loader_options=_loader_options(args),
-        warmup=args.warmup or 0,
+        warmup=args.warmup,
         min_steps=min_steps,
         max_steps=max_steps,
         block=block,

@@ -1,0 +1,111 @@
+"""How an audit's settings resolve (vlmdata.audit.config): flags over the Bridge config over the model config
+over the device defaults, each setting's source, the slice decision, and the runner's global steps."""
+
+import pytest
+from audit_fakes import SMALL_PIXELS, FakeClock, ShapeCostWorkload
+
+from vlmdata.audit.bridge_config import read_bridge_config
+from vlmdata.audit.config import DEVICE_DEFAULTS, AuditConfig, bridge_packs, resolve
+from vlmdata.audit.inputs import AuditError
+from vlmdata.audit.runner import run_audit
+from vlmdata.cli.main import parser as build_parser
+
+FIX = "tests/audit/fixtures"
+A3B = f"{FIX}/bridge_qwen3_vl_30b_a3b_sft.yaml"
+
+
+def test_defaults_are_the_devices():
+    r = resolve(AuditConfig())
+    cpu = DEVICE_DEFAULTS["cpu"]
+    assert r.shape.name == f"preset {cpu['preset']}" and r.run.micro_batches == cpu["micro_batches"]
+    assert r.run.seq_length == cpu["seq_length"] and all(v == "default" for v in r.sources.values())
+
+
+def test_bridge_config_sets_the_run_and_the_model():
+    r = resolve(AuditConfig(bridge_config=A3B))
+    assert (r.run.micro_batch_size, r.run.global_batch, r.run.seq_length, r.run.ep) == (2, 32, 4096, 8)
+    assert r.run.data_parallel == 8 and r.run.micro_batches == 2 and r.run.force_seq_length
+    assert r.run.seq_policy == "bridge"  # in-batch packing deferred to the step is not packing (0.6.2)
+    assert r.sources["global_batch_size"] == "bridge config" and r.sources["model"] == "bridge config"
+    assert r.shape.layers == 48 and r.experts == 16 and r.sliced and r.layers == 5  # 3 DeepStack + 2 plain
+    assert any("does not fit" in n for n in r.notes)
+
+
+def test_flags_win_and_say_so():
+    r = resolve(AuditConfig(bridge_config=A3B, ep=4, global_batch_size=64, preset="tiny", slice_layers=2))
+    assert r.run.ep == 4 and r.sources["ep"] == "flag" and r.sources["tp"] == "bridge config"
+    assert r.run.micro_batches == 64 // (2 * 4) and r.shape.name == "preset tiny" and r.sources["model"] == "flag"
+    assert r.layers == 2 and r.sources["slice_layers"] == "flag"
+
+
+def test_model_config_and_its_mismatch_with_the_bridge_config():
+    r = resolve(AuditConfig(model_config=f"{FIX}/hf_qwen2_5_vl_7b.json", bridge_config=A3B))
+    assert r.shape.family == "qwen2.5-vl" and r.sources["model"] == "model config"
+    assert any("num_layers is 48 but the model has 28" in n for n in r.notes)
+    assert any("dense decoder" in n for n in r.notes)  # ep 8 on a model without experts
+
+
+def test_packing_means_real_packing():
+    b = read_bridge_config(A3B)
+    assert b.packing and not bridge_packs(b)
+    b2 = read_bridge_config(f"{FIX}/bridge_qwen3_vl_30b_a3b_sft_changed.yaml")
+    assert bridge_packs(b2) is False
+
+
+def test_bad_settings_are_audit_errors():
+    with pytest.raises(AuditError, match="multiple of micro_batch_size"):
+        resolve(AuditConfig(global_batch_size=3))
+    with pytest.raises(AuditError, match="device"):
+        AuditConfig(device="tpu").check()
+
+
+def test_cli_flags_reach_the_config():
+    from vlmdata.cli.commands.audit import config_from
+
+    argv = [
+        "audit",
+        "--tp",
+        "2",
+        "--ep",
+        "4",
+        "--etp",
+        "1",
+        "--global-batch-size",
+        "16",
+        "--seq-policy",
+        "max",
+        "--recompute",
+        "full",
+        "--freeze-vision-model",
+        "--slice-layers",
+        "3",
+        "--attention",
+        "sdpa",
+    ]
+    args = build_parser(argv).parse_args(argv)
+    cfg = config_from(args)
+    assert (cfg.tp, cfg.ep, cfg.etp, cfg.global_batch_size, cfg.seq_policy) == (2, 4, 1, 16, "max")
+    assert cfg.recompute == "full" and cfg.freeze_vision_model is True and cfg.freeze_language_model is None
+    assert cfg.slice_layers == 3 and cfg.attention == "sdpa" and cfg.warmup is None
+    r = resolve(cfg)
+    assert r.run.micro_batches == 16 // (2 * 2) and r.sources["recompute"] == "flag"
+
+
+def test_runner_measures_global_steps():
+    clock = FakeClock()
+    work = ShapeCostWorkload(clock)
+    cfg = AuditConfig(
+        sources=("imagefree", "real"),
+        global_batch_size=8,
+        min_steps=3,
+        max_steps=3,
+        block=1,
+        loader_options=SMALL_PIXELS,
+    )
+    res = run_audit(cfg, clock=clock, workload=work)
+    assert res["measurement"]["micro_batches_per_step"] == 4 and res["measurement"]["unit"] == "global step"
+    for src in res["sources"].values():
+        assert [r["micro_batches"] for r in src["records"]] == [4, 4, 4]
+        assert all(r["samples"] == 8 and len(r["micro"]) == 4 for r in src["records"])
+    assert len(work.step_charges) == 1 + 2 * 3 * 4  # the warm-up full step, then every micro-batch once
+    assert res["run"]["run"]["global_batch_size"] == 8 and res["straggler_model"]["sources"]

@@ -1,0 +1,93 @@
+"""From a measured slice to the user's step (vlmdata.audit.compose): a fake workload with a known cost per
+decoder layer, the optimizer's shard, the modelled expert-parallel all-to-all. CPU, exact values."""
+
+import pytest
+
+from vlmdata.audit.compose import Composition, compose, compose_record, plan
+from vlmdata.audit.model_config import preset_shape, read_model_config
+from vlmdata.audit.run_spec import RunSpec
+
+PLAIN_F, PLAIN_B, DS_F, DS_B, OTHER = 3.0, 5.0, 7.0, 9.0, 40.0  # ms per micro-batch
+
+
+def fake_step(layers: int, deepstack: int, micro: int = 2, opt: float = 12.0) -> dict:
+    """The record a global step of a model with ``layers`` decoder layers (the first ``deepstack`` carry
+    DeepStack additions) would give: known per-layer forward/backward cost, OTHER ms of the rest."""
+    plain = layers - deepstack
+    f = deepstack * DS_F + plain * PLAIN_F
+    b = deepstack * DS_B + plain * PLAIN_B
+    return {
+        "step_ms": micro * (OTHER + f + b) + opt,
+        "micro_batches": micro,
+        "times_ms": {
+            "lm_forward": micro * f,
+            "backward_decoder": micro * b,
+            "optimizer": opt,
+            "total": micro * (OTHER + f + b) + opt,
+        },
+        "micro": [{"ms": OTHER + f + b, "decoder_ms": f + b, "tokens_total": 4096} for _ in range(micro)],
+        "plain_layers": {
+            "forward_ms": micro * plain * PLAIN_F,
+            "backward_ms": micro * plain * PLAIN_B,
+            "layers": micro * plain,
+        },
+        "lm_layers_flops": 10 * layers,
+        "lm_head_flops": 5,
+        "vision_flops": 7,
+        "projector_flops": 1,
+    }
+
+
+@pytest.mark.parametrize("k", [4, 5, 8])
+def test_slice_composes_to_the_whole_model_exactly(k):
+    whole = fake_step(12, 3)
+    comp = Composition(layers_full=12, layers_measured=k, optimizer_scale=1.0)
+    out = compose_record(fake_step(k, 3), comp)
+    assert out["step_ms"] == pytest.approx(whole["step_ms"])
+    assert out["times_ms"]["lm_forward"] == pytest.approx(whole["times_ms"]["lm_forward"])
+    assert out["times_ms"]["backward_decoder"] == pytest.approx(whole["times_ms"]["backward_decoder"])
+    assert [m["ms"] for m in out["micro"]] == pytest.approx([m["ms"] for m in whole["micro"]])
+    assert out["composed_decoder"] == "plain layers" and out["measured_step_ms"] == fake_step(k, 3)["step_ms"]
+    assert out["flops"] == 10 * 12 + 5 + 7 + 1
+
+
+def test_scaling_every_layer_overstates_a_deepstack_slice():
+    """What the first version did (L/k x the decoder): too much when the slice's layers are mostly DeepStack."""
+    rec = fake_step(4, 3)
+    rec["plain_layers"] = None
+    out = compose_record(rec, Composition(12, 4, 1.0))
+    assert out["composed_decoder"] == "scaled" and out["step_ms"] > fake_step(12, 3)["step_ms"]
+
+
+def test_optimizer_shard_and_expert_parallel_all_to_all():
+    comp = Composition(12, 12, 0.25, ep=8, top_k=8, hidden=2048, moe_layers=48, link_gbps=200.0, latency_us=25.0)
+    per = 4096 * 8 * 2048 * 2 * 7 / 8  # bytes per call per layer
+    a2a = 48 * 4 * (per / 200e9 * 1e3 + 0.025)
+    assert comp.a2a_ms(4096) == pytest.approx(a2a)
+    rec = compose_record(fake_step(12, 3), comp)
+    assert rec["times_ms"]["optimizer"] == pytest.approx(3.0)
+    assert rec["times_ms"]["ep_all_to_all"] == pytest.approx(2 * a2a)
+    assert rec["step_ms"] == pytest.approx(fake_step(12, 3)["step_ms"] - 9.0 + 2 * a2a)
+    recompute = Composition(12, 12, 1.0, ep=8, top_k=8, hidden=2048, moe_layers=48, recompute="full")
+    assert recompute.a2a_ms(4096) == pytest.approx(a2a * 6 / 4)
+    identity = Composition(12, 12, 1.0)
+    assert identity.identity and compose([rec], identity) == [rec]
+
+
+def test_plan_from_the_run_and_the_measured_model():
+    shape = read_model_config("tests/audit/fixtures/hf_qwen3_vl_30b_a3b.json")
+    run = RunSpec(global_batch_size=32, ep=8)  # DP 8, EDP 1
+    k, layer, exp_per_layer = 5, 100, 60
+    summary = {
+        "slice": {"layers": k},
+        "params_trainable": 1000 + k * layer,
+        "params_trainable_experts": k * exp_per_layer,
+        "params_trainable_decoder_layer": layer,
+    }
+    comp = plan(run, shape, summary)
+    dense_full = (1000 + k * layer - k * exp_per_layer) + (48 - k) * (layer - exp_per_layer)
+    experts_full = 48 * exp_per_layer
+    assert comp.optimizer_scale == pytest.approx((dense_full / 8 + experts_full / 1) / (1000 + k * layer))
+    assert (comp.decoder_scale, comp.ep, comp.top_k, comp.moe_layers) == (48 / 5, 8, 8, 48)
+    dense = plan(RunSpec(), preset_shape("tiny"), {**summary, "slice": {"layers": 2}})
+    assert dense.ep == 1 and dense.a2a_ms(4096) == 0.0
