@@ -344,3 +344,14 @@ def test_bad_census_and_cost():
     with pytest.raises(AuditError, match="at least one sample"):
         micro_batch_ms(COST, [], unpadded)
     assert issubclass(AuditError, VlmdataError)
+
+
+def test_calibrate_matches_each_sources_measured_mean():
+    from vlmdata.audit.straggler_model import calibrate
+
+    cost = CostModel(10.0, 0.01, 0.0, 0.0, 5.0)
+    micro = [{"ms": 2 * (10 + 0.01 * t), "tokens_total": t, "patches": 0, "patch_sq": 0, "source": "a"} for t in (100, 300)]
+    micro += [{"ms": 10 + 0.01 * t, "tokens_total": t, "patches": 0, "patch_sq": 0, "source": "b"} for t in (100, 300)]
+    out = calibrate(cost, micro)
+    assert out["a"].fit["calibration_factor"] == pytest.approx(2.0) and out["b"].fit["calibration_factor"] == pytest.approx(1.0)
+    assert out["a"].fixed_ms == pytest.approx(20.0) and out["a"].optimizer_ms == 5.0

@@ -50,7 +50,7 @@ from vlmdata.audit.config import AuditConfig, Resolved, default_real, default_wo
 from vlmdata.audit.distributed import agree_max, agree_min
 from vlmdata.audit.inputs import MOCKS, REAL, SOURCES, AuditError, Input, prepare_input, real_shards
 from vlmdata.audit.model import IMAGE_TOKEN_ID
-from vlmdata.audit.straggler_model import Sample, fit_cost_model, samples_from_batch, simulate
+from vlmdata.audit.straggler_model import Sample, calibrate, fit_cost_model, samples_from_batch, simulate
 from vlmdata.audit.verdict import settled
 from vlmdata.audit.workloads import ReferenceWorkload, UserWorkload, as_global_steps, batch_shape, materialize
 from vlmdata.errors import OptionsError
@@ -596,7 +596,7 @@ class _Audit:
             return None
         opt = [r["times_ms"].get("optimizer", 0.0) + r["times_ms"].get("grad_sync", 0.0) for r in recs[REAL]]
         try:
-            cost = fit_cost_model(micro, optimizer_ms=sum(opt) / len(opt))
+            cost = calibrate(fit_cost_model(micro, optimizer_ms=sum(opt) / len(opt)), micro)
             census: dict[str, Sequence[Sample]] = {
                 n: [Sample(int(t), tuple(p)) for t, p in self.censuses[n].epoch_samples()] for n in recs
             }
