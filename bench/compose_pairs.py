@@ -31,7 +31,9 @@ def main() -> None:
                 a, b = w["sources"][src]["summary"], s["sources"][src]["summary"]
                 ta, tb = a["step_ms"]["mean"], b["step_ms"]["mean"]
                 dec = lambda x: x["stages_ms"].get("lm_forward", 0) + x["stages_ms"].get("backward_decoder", 0)  # noqa: E731
-                cells.append(f"{src} step {ta:.0f} / {tb:.0f} ms ({tb / ta - 1:+.1%}), decoder {dec(a):.0f} / {dec(b):.0f}")
+                cells.append(
+                    f"{src} step {ta:.0f} / {tb:.0f} ms ({tb / ta - 1:+.1%}), decoder {dec(a):.0f} / {dec(b):.0f}"
+                )
                 rates[src] = (a["rates"]["samples_per_s"], b["rates"]["samples_per_s"])
             mocks = [m for m in rates if m != "real"]
             ratio = ", ".join(

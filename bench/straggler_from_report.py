@@ -73,8 +73,12 @@ def main() -> None:
             for n, per in sim[key].items():
                 for dp in args.dp:
                     acc.setdefault((n, key, dp), []).append(per[dp])
-        print(os.path.basename(path.rstrip("/")), sim["sync"], "calibration", {
-            n: round(c["fit"]["calibration_factor"], 3) for n, c in sim["cost"].items()})
+        print(
+            os.path.basename(path.rstrip("/")),
+            sim["sync"],
+            "calibration",
+            {n: round(c["fit"]["calibration_factor"], 3) for n, c in sim["cost"].items()},
+        )
     print(f"{'source':13s} {'figure':28s} {'DP':>5s}  min / median / max")
     for (n, key, dp), xs in sorted(acc.items()):
         print(f"{n:13s} {key:28s} {dp:5d}  {min(xs):.3f} / {statistics.median(xs):.3f} / {max(xs):.3f}")

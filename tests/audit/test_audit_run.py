@@ -343,6 +343,9 @@ def test_two_ranks_under_torchrun(tmp_path):
         assert len(src["per_rank"]) == 2 and src["summary"]["steps"] == n == len(src["records"])
         assert src["summary"]["steps"] == 12 and rep["measurement"]["real_epoch_steps"] == 12
     assert set(rep["stragglers"]) == {"imagefree", "synthetic", "real"}
+    chk = rep["straggler_check"]  # the straggler model against the measured slowest rank of each step
+    assert set(chk) == {"imagefree", "synthetic", "real"} and all(c["steps"] == n for c in chk.values())
+    assert all(abs(c["error"]) < 1.0 and c["factor_measured"] >= 1.0 for c in chk.values())
 
 
 def test_report_html_structure(order_runs, tmp_path):

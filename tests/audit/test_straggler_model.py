@@ -350,8 +350,26 @@ def test_calibrate_matches_each_sources_measured_mean():
     from vlmdata.audit.straggler_model import calibrate
 
     cost = CostModel(10.0, 0.01, 0.0, 0.0, 5.0)
-    micro = [{"ms": 2 * (10 + 0.01 * t), "tokens_total": t, "patches": 0, "patch_sq": 0, "source": "a"} for t in (100, 300)]
+    micro = [
+        {"ms": 2 * (10 + 0.01 * t), "tokens_total": t, "patches": 0, "patch_sq": 0, "source": "a"} for t in (100, 300)
+    ]
     micro += [{"ms": 10 + 0.01 * t, "tokens_total": t, "patches": 0, "patch_sq": 0, "source": "b"} for t in (100, 300)]
     out = calibrate(cost, micro)
-    assert out["a"].fit["calibration_factor"] == pytest.approx(2.0) and out["b"].fit["calibration_factor"] == pytest.approx(1.0)
+    assert out["a"].fit["calibration_factor"] == pytest.approx(2.0) and out["b"].fit[
+        "calibration_factor"
+    ] == pytest.approx(1.0)
     assert out["a"].fixed_ms == pytest.approx(20.0) and out["a"].optimizer_ms == 5.0
+
+
+def test_check_ranks_predicts_the_slowest_rank_exactly_on_a_linear_cost():
+    from vlmdata.audit.straggler_model import check_ranks
+
+    def rec(tokens):  # micro-batch cost 10 + 0.01 ms per token, optimizer 5 ms, no noise
+        micro = [{"ms": 10 + 0.01 * t, "tokens_total": t, "patches": 0, "patch_sq": 0} for t in tokens]
+        return {"step_ms": sum(m["ms"] for m in micro) + 5, "micro": micro, "times_ms": {"optimizer": 5.0}}
+
+    ranks = {"real": [[rec([100, 300]), rec([200, 200])], [rec([500, 100]), rec([100, 100])]]}
+    out = check_ranks(ranks)["real"]
+    # step 0: rank 1 slower (10+5 + 10+1 + 5 = 31 vs 10+1+10+3+5 = 29); step 1: rank 0 (29 vs 27)
+    assert out["measured_ms"] == pytest.approx(30.0) and out["predicted_ms"] == pytest.approx(30.0, rel=1e-6)
+    assert abs(out["error"]) < 1e-6 and out["factor_measured"] > 1.0

@@ -22,10 +22,11 @@ from vlmdata.audit.run_tables import (
     composition_rows,
     run_rows,
     stage_efficiency_rows,
+    straggler_check_rows,
     straggler_rows,
     summary_stage_tflops,
 )
-from vlmdata.audit.straggler_model import plot_stragglers
+from vlmdata.audit.straggler_model import check_ranks, plot_stragglers
 from vlmdata.audit.verdict import GAP_METRICS, METRIC_LABELS, decide
 
 SCHEMA = "vlmdata.audit/2"
@@ -107,6 +108,10 @@ def build_report(results: list[dict], *, threshold: float, straggler_ratio: floa
             report["stragglers"][name] = find_stragglers(per_rank, straggler_ratio)
         report["sources"][name] = src
         runs[name] = {"records": records, "world_size": world, "interleaved": interleaved}
+    if world > 1:  # the straggler model against the measured slowest rank of every step
+        ep = ((first.get("run") or {}).get("run") or {}).get("ep") or 1
+        per = {n: [r["sources"][n]["records"] for r in results] for n in runs}
+        report["straggler_check"] = check_ranks(per, sync="micro_batch" if ep > 1 else "step")
     summaries = {k: v["summary"] for k, v in report["sources"].items() if v["summary"] is not None}
     flagged = sorted({r for s in report["stragglers"].values() for r in s["flagged"]})
     if "real" in runs and len(runs) > 1:
@@ -353,6 +358,7 @@ def _tables(report: dict) -> list[tuple[str, tuple]]:
         ("The run (every setting and where it came from)", run_rows),
         ("From the measured slice to the run's step", composition_rows),
         ("Data-parallel stragglers (simulated from the census and the measured costs)", straggler_rows),
+        ("Stragglers measured against the model (torchrun)", straggler_check_rows),
     ):
         rows = fn(report)
         if rows is not None:

@@ -148,3 +148,23 @@ def straggler_rows(report: dict) -> tuple[list[str], list[list[str]]] | None:
                 ]
             )
     return head, rows
+
+
+def straggler_check_rows(report: dict) -> tuple[list[str], list[list[str]]] | None:
+    """Under torchrun: the straggler model's slowest-rank prediction against the measured slowest rank."""
+    chk = report.get("straggler_check")
+    if not chk:
+        return None
+    rows = [
+        [
+            name,
+            str(c["steps"]),
+            f"{c['measured_ms']:.1f}",
+            f"{c['predicted_ms']:.1f}",
+            f"{c['error']:+.1%}",
+            f"{c['factor_measured']:.3f}",
+            f"{c['factor_predicted']:.3f}",
+        ]
+        for name, c in chk.items()
+    ]
+    return ["source", "steps", "measured slowest rank ms", "model ms", "error", "factor measured", "factor model"], rows

@@ -550,3 +550,65 @@ def plot_stragglers(result: dict) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     return buf.getvalue()
+
+
+def check_ranks(per_rank: dict[str, list[list[dict]]], sync: str = "step") -> dict:
+    """The straggler model against measured ranks (torchrun): for every measured global step of every source,
+    the model's slowest-rank prediction from the micro-batches each rank actually ran (the cost model fitted and
+    calibrated on all ranks' micro-batches, ``fit_cost_model`` + ``calibrate``) against the measured slowest
+    rank (the step time of the rank that took longest).
+
+    Args:
+        per_rank: source -> [rank][step] records (each with ``step_ms``, ``micro`` and ``times_ms``).
+        sync: as ``simulate``: "micro_batch" (EP > 1) or "step".
+
+    Returns:
+        ``{source: {"measured_ms", "predicted_ms", "error", "steps", "factor_measured", "factor_predicted"}}``
+        (means over steps; error = predicted / measured - 1; factors: slowest / mean rank).
+    """
+    micro = [
+        {**m, "source": name}
+        for name, ranks in per_rank.items()
+        for recs in ranks
+        for r in recs
+        for m in r.get("micro") or []
+        if m.get("ms") is not None and m.get("tokens_total") is not None
+    ]
+    if len(micro) < 2:
+        return {}
+    opt = [
+        (r.get("times_ms") or {}).get("optimizer", 0.0) + (r.get("times_ms") or {}).get("grad_sync", 0.0)
+        for ranks in per_rank.values()
+        for recs in ranks
+        for r in recs
+    ]
+    costs = calibrate(fit_cost_model(micro, optimizer_ms=float(np.mean(opt)) if opt else 0.0), micro)
+    out = {}
+    for name, ranks in per_rank.items():
+        c = costs.get(name)
+        if c is None:
+            continue
+        measured, predicted, fm, fp = [], [], [], []
+        for step in zip(*ranks):
+            per = [
+                [float(_micro_ms(c, m["tokens_total"], m["patches"], m["patch_sq"])) for m in r["micro"]] for r in step
+            ]
+            if sync == "micro_batch":
+                pred = sum(max(col) for col in zip(*per)) + c.optimizer_ms
+            else:
+                pred = max(sum(p) for p in per) + c.optimizer_ms
+            times = [float(r["step_ms"]) for r in step]
+            measured.append(max(times))
+            predicted.append(pred)
+            fm.append(max(times) / float(np.mean(times)))
+            fp.append(pred / (float(np.mean([sum(p) for p in per])) + c.optimizer_ms))
+        if measured:
+            out[name] = {
+                "measured_ms": float(np.mean(measured)),
+                "predicted_ms": float(np.mean(predicted)),
+                "error": float(np.mean(predicted) / np.mean(measured) - 1),
+                "steps": len(measured),
+                "factor_measured": float(np.mean(fm)),
+                "factor_predicted": float(np.mean(fp)),
+            }
+    return out
