@@ -19,6 +19,8 @@ URL goes through fsspec:
   (a FIFO, a device such as ``/dev/zero``, a socket or a directory is refused without blocking),
   at most ``max_bytes``.
 - ``within(path, root)``: whether a path stays inside a root folder (lexically, no ``..`` escape).
+- ``check_writable(path, folder)``: an output can be written (its folder created, a probe file written and
+  removed) before any work starts, so a bad ``-o`` fails in a second, not after an hour of measuring.
 
 Credentials come only from the environment, the way each fsspec backend reads it (for S3:
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``,
@@ -62,6 +64,10 @@ class NotRegularFile(OSError):
 
 class FileTooLarge(OSError):
     """An input file is larger than the cap for its kind."""
+
+
+class NotWritable(StorageError):
+    """An output path cannot be written (a file where a folder is needed, /proc, read-only, no space)."""
 
 
 def protocol(p: str) -> str | None:
@@ -274,6 +280,38 @@ def within(path: str, root: str) -> bool:
     base = os.path.normpath(os.path.abspath(root))
     p = os.path.normpath(os.path.join(base, path))
     return p == base or p.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def check_writable(path: str, folder: bool = False, what: str = "output") -> None:
+    """Raise NotWritable unless ``path`` (a file, or with ``folder`` a folder) can be written: its folder is
+    created if missing and a probe file is written there and removed. Remote URLs are not probed.
+
+    Args:
+        path: the output file or folder.
+        folder: ``path`` is a folder that files are written into.
+        what: how messages name the output.
+    """
+    path = local(os.fspath(path))
+    if is_url(path):
+        return
+    if "\0" in path or not path:
+        raise NotWritable(f"{what}: not a usable path: {path!r}")
+    where = path if folder else (os.path.dirname(os.path.abspath(path)) or ".")
+    if folder and os.path.exists(path) and not os.path.isdir(path):
+        raise NotWritable(f"{what} {path} is a file, not a folder")
+    if not folder and os.path.isdir(path):
+        raise NotWritable(f"{what} {path} is a folder, not a file")
+    try:
+        os.makedirs(where, exist_ok=True)
+        probe = os.path.join(where, f".vlmdata-write-probe-{os.getpid()}")
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            os.write(fd, b"\0")
+        finally:
+            os.close(fd)
+            os.remove(probe)
+    except OSError as e:
+        raise NotWritable(f"{what} {path}: cannot write there ({e.strerror or e})") from None
 
 
 def fs_and_path(p: str, fresh: bool = False):
@@ -546,8 +584,10 @@ __all__ = [
     "FileTooLarge",
     "NotRegularFile",
     "StorageError",
+    "NotWritable",
     "basename",
     "check_url",
+    "check_writable",
     "read_regular",
     "read_regular_parts",
     "redact_text",

@@ -148,6 +148,9 @@ def _main(argv: list[str] | None) -> int:
         return fail(escape(cli_flags(storage.redact_text(e), getattr(args, "_param_flags", None))))
     except KeyboardInterrupt:
         return fail("interrupted")
+    except OSError as e:  # the environment, not the input: a full disk or a vanished file while writing results
+        where = f"{e.filename}: " if e.filename else ""
+        return fail(escape(f"{where}{e.strerror or e}"))
 
 
 if __name__ == "__main__":

@@ -9,23 +9,38 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from vlmdata.audit.guard import check_device, check_out_dir, check_report_dir
+from vlmdata.audit.inputs import AuditError, check_loader_options, fit_seq_length
 from vlmdata.audit.logs import LogError, WorkloadMismatch, compare_logs, report_content
 from vlmdata.cli.args import cli_flags, non_negative_int, positive_int
-from vlmdata.cli.console import EXIT_MISLEADING, EXIT_OK, UserError, err, out, print_json, progress, table
+from vlmdata.cli.console import (
+    EXIT_MISLEADING,
+    EXIT_OK,
+    EXIT_UNDECIDED,
+    UserError,
+    err,
+    out,
+    print_json,
+    progress,
+    table,
+)
 from vlmdata.errors import OptionsError
 from vlmdata.loaders.options import LoaderOptions
 
 EXIT_HELP = """exit codes:
-  0  OK: every mock source is within --threshold of real (or no verdict was asked for)
+  0  OK: every mock source is within --threshold of real (each interval below the limit), or no verdict
   3  MISLEADING: a mock source overstates real throughput (samples/s, TFLOP/s or non-pad tokens/s)
-     by more than --threshold; use it to gate a CI job or a benchmark report
+     by more than --threshold (its interval above the limit); use it to gate a CI job or a report
+  4  UNDECIDED: no mock is shown to mislead, but a mock's interval spans the limit (or too few steps
+     were measured for an interval): measure longer (--max-steps, --budget-s); a gate must not pass it
   2  usage or input error (bad option, missing shards/log, unknown source)
 Under torchrun rank 0 exits with the code (the other ranks with 0) and torchrun reports any non-zero
 worker code as its own failure (exit 1), so read the verdict from report.json or --json there."""
 
 COMPARE_EXIT_HELP = """exit codes:
-  0  OK: the mock run is within --threshold of the real run
+  0  OK: the mock run is within --threshold of the real run (its interval below the limit)
   3  MISLEADING: the mock run overstates real throughput (TFLOP/s/GPU, samples/s) by more than --threshold
+  4  UNDECIDED: the interval spans the limit, or too few logged intervals for one: log more iterations
   2  usage or input error: unreadable log, nothing to measure after warm-up, or the logs are of different
      workloads (global batch size, seq_length, GPUs, model) and --allow-mismatch was not given"""
 
@@ -298,7 +313,8 @@ def _loader_options(args) -> dict:
                     continue
     try:  # refused here, before anything runs: an unknown key or a bad value names the --loader-arg
         LoaderOptions().replace(**kw)
-    except OptionsError as e:
+        check_loader_options(kw)
+    except (OptionsError, AuditError) as e:
         raise UserError(f"--loader-arg: {str(e).replace('`', '')}") from None
     return kw
 
@@ -308,8 +324,9 @@ def config_from(args):
     import torch
 
     # imported when the command runs: `vlmdata --help` and this command's --help stay light
-    from vlmdata.audit.runner import AuditConfig
+    from vlmdata.audit.runner import AuditConfig, default_real
 
+    check_device(args.device)  # a bad --device is one line, before anything is built
     cuda = torch.device(args.device).type == "cuda"
     if cuda and not torch.cuda.is_available():
         raise UserError("--device cuda but no CUDA device is available")
@@ -333,7 +350,7 @@ def config_from(args):
         seed=args.seed,
         logits=args.logits,
         step=args.step,
-        seq_length=pick("seq_length"),
+        seq_length=args.seq_length or _fit_seq(args, d, default_real),
         micro_batch_size=pick("micro_batch_size"),
         num_workers=args.num_workers,
         loader_options=_loader_options(args),
@@ -347,6 +364,18 @@ def config_from(args):
     )
 
 
+def _fit_seq(args, defaults: dict, default_real) -> int:
+    """The device's default seq_length, raised to fit the real data's longest sample (noted on stderr)."""
+    mbs = args.micro_batch_size or defaults["micro_batch_size"]
+    real = args.real or default_real()
+    seq = fit_seq_length(
+        real, defaults["seq_length"], micro_batch_size=mbs, seed=args.seed, loader_options=_loader_options(args)
+    )
+    if seq != defaults["seq_length"] and not args.json:
+        err.print(f"note: --seq-length {seq} (the default {defaults['seq_length']} is shorter than the longest sample)")
+    return seq
+
+
 def run(args) -> int:
     if getattr(args, "audit_command", None) == "compare":
         return run_compare(args)
@@ -354,11 +383,12 @@ def run(args) -> int:
 
     # imported when the command runs: `vlmdata --help` and this command's --help stay light
     from vlmdata.audit.distributed import gather, init_distributed, shutdown
-    from vlmdata.audit.inputs import AuditError
     from vlmdata.audit.report import build_report
     from vlmdata.audit.runner import run_audit
 
     cfg = config_from(args)
+    if args.out:  # before measuring: -o can be written and replaces only an earlier audit's files
+        check_out_dir(args.out, real=cfg.resolved_real(), profile=cfg.profile)
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
@@ -387,10 +417,15 @@ def run(args) -> int:
             dist.barrier()
     finally:
         shutdown(info)
-    v = report["verdict"]
     if not main:
         return EXIT_OK  # rank 0 carries the verdict; torchrun then reports its code (as 1)
-    return EXIT_MISLEADING if v and v["status"] == "MISLEADING" else EXIT_OK
+    return _exit_code(report["verdict"])
+
+
+def _exit_code(v: dict | None) -> int:
+    """0 OK (or no verdict), 3 MISLEADING, 4 UNDECIDED (EXIT_HELP)."""
+    status = (v or {}).get("status")
+    return EXIT_MISLEADING if status == "MISLEADING" else EXIT_UNDECIDED if status == "UNDECIDED" else EXIT_OK
 
 
 def _sweep(cfg, args, info, build, bar, show_progress) -> dict:
@@ -417,6 +452,8 @@ def _sweep(cfg, args, info, build, bar, show_progress) -> dict:
 
 
 def run_compare(args) -> int:
+    if args.out:  # before reading: -o can be written and never replaces a log
+        check_report_dir(args.out, [args.mock, args.real])
     try:
         report = compare_logs(
             args.mock,
@@ -466,7 +503,7 @@ def run_compare(args) -> int:
                 err.print(f"[yellow]note:[/] {escape(text)}", soft_wrap=True)
         if paths:
             out.print(f"report: {', '.join(paths.values())}", soft_wrap=True, markup=False)
-    return EXIT_MISLEADING if report["verdict"]["status"] == "MISLEADING" else EXIT_OK
+    return _exit_code(report["verdict"])
 
 
 def _emit(report: dict, args) -> None:
