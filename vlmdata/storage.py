@@ -225,6 +225,30 @@ def read_regular(path: str, max_bytes: int, what: str = "file") -> bytes:
     return data
 
 
+@contextlib.contextmanager
+def open_regular(path: str, max_bytes: int, what: str = "file"):
+    """A binary file object of a local regular file of at most ``max_bytes``, for streaming: the same checks as
+    ``read_regular`` (FIFO, device, socket, directory refused without blocking; NotRegularFile / FileTooLarge),
+    then the file is read from the one descriptor that was checked. Yields ``(file, size)``."""
+    path = os.fspath(path)
+    if "\0" in path:
+        raise NotRegularFile(errno.EINVAL, "path contains a NUL byte")
+    fd = os.open(
+        path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    )
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"{what} is {_kind(st.st_mode)}, not a regular file")
+        if st.st_size > max_bytes:
+            raise FileTooLarge(errno.EFBIG, f"{what} is {st.st_size} bytes, more than the limit of {max_bytes}")
+    except BaseException:
+        os.close(fd)
+        raise
+    with builtins.open(fd, "rb") as f:
+        yield f, st.st_size
+
+
 def read_regular_parts(
     path: str, max_bytes: int, head: int, tail: int, what: str = "file"
 ) -> "bytes | tuple[bytes, bytes, int]":
@@ -588,6 +612,7 @@ __all__ = [
     "basename",
     "check_url",
     "check_writable",
+    "open_regular",
     "read_regular",
     "read_regular_parts",
     "redact_text",
