@@ -7,24 +7,28 @@ be read, is a ``SourceError`` naming the dataset (and the row)."""
 
 from __future__ import annotations
 
-import glob
 import io
 import os
 from typing import Any, Iterator, cast
 
 from vlmdata.dataset.schema import safe_label
-from vlmdata.sources.base import BadPath, SourceError, SourceItem, confine
+from vlmdata.sources.base import BadPath, SourceError, SourceItem, confine, walk_files
 from vlmdata.sources.text import BadRecord, caption_conversation, from_turns
 
 IMAGE_COLUMNS = ("image", "images", "img", "jpg", "png")
 TEXT_COLUMNS = ("conversations", "messages", "caption", "text", "answer", "txt")
 
 
+def _parquet_files(path: str) -> list[str]:
+    """Every ``*.parquet`` below a folder, sorted (``base.walk_files``: no symlink loops, nothing above it)."""
+    return sorted(os.path.join(path, r) for r in walk_files(path) if r.endswith(".parquet"))
+
+
 def is_hf_dir(path: str) -> bool:
     return os.path.isdir(path) and (
         os.path.exists(os.path.join(path, "dataset_info.json"))
         or os.path.exists(os.path.join(path, "dataset_dict.json"))
-        or bool(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True))
+        or bool(_parquet_files(path))
     )
 
 
@@ -44,7 +48,7 @@ def _open(path: str):
             ds = ds["train"]
         return ds
     else:
-        files = sorted(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True))
+        files = _parquet_files(path)
     if not files:
         raise SourceError(f"{path}: no parquet files and no save_to_disk dataset")
     return datasets.load_dataset("parquet", data_files=files, split="train")
