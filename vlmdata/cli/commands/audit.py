@@ -385,6 +385,7 @@ def run(args) -> int:
     from vlmdata.audit.distributed import gather, init_distributed, shutdown
     from vlmdata.audit.report import build_report
     from vlmdata.audit.runner import run_audit
+    from vlmdata.audit.user_step import reset_step_limit, set_step_limit
 
     cfg = config_from(args)
     if args.out:  # before measuring: -o can be written and replaces only an earlier audit's files
@@ -393,6 +394,7 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     info = init_distributed(cfg.device)
+    step_limit = set_step_limit(cfg.budget_s, hard=True)  # no single --step call outlasts --budget-s
     main = info is None or info.is_main
     show_progress = main and not (args.quiet or args.json)
     try:
@@ -417,6 +419,7 @@ def run(args) -> int:
             dist.barrier()
     finally:
         shutdown(info)
+        reset_step_limit(step_limit)
     if not main:
         return EXIT_OK  # rank 0 carries the verdict; torchrun then reports its code (as 1)
     return _exit_code(report["verdict"])
