@@ -252,7 +252,7 @@ def test_quiet_hides_the_table_not_the_verdict(capsys):
         "--sources",
         "imagefree,real",
         "--steps",
-        "3",
+        "6",
         "--seq-length",
         "512",
         *SMALL_ARGS,
@@ -283,7 +283,8 @@ def test_cpu_smoke_end_to_end(tmp_path, one_thread):
         ]
     )
     rep = json.loads((tmp_path / "report.json").read_text())
-    assert code == (3 if rep["verdict"]["status"] == "MISLEADING" else 0)
+    assert rep["verdict"]["status"] == "UNDECIDED"  # 3 steps: too few for an interval, never a zero-width one
+    assert code == 4 and rep["verdict"]["gaps"]["imagefree"]["samples_per_s"]["few_steps"]
     real = rep["sources"]["real"]
     assert real["summary"]["steps"] == 3 and real["summary"]["shape"]["images_per_sample"] >= 1
     assert set(real["records"][0]["times_ms"]) == set(STAGES) | {"total"}

@@ -37,7 +37,8 @@ are logged by neither, so logs are judged on samples/s and TFLOP/s; loss tokens 
 Warm-up: ``warmup`` iterations are excluded (an interval is kept when it starts at or after them);
 default the first logged interval and the first 10% of iterations, relaxed for short runs (a
 10-iteration quick run): first to the first interval only, then to nothing, with a note.  With fewer
-than two intervals on a side there is no bootstrap interval (the gaps carry ``lo = hi = None``).
+than ``verdict.MIN_INTERVAL_STEPS`` (5) intervals on a side there is no bootstrap interval (the gaps carry
+``lo = hi = None``) and the verdict is UNDECIDED.
 
 Same workload or no verdict: ``compare_logs`` raises ``WorkloadMismatch`` when the logs show a
 different global batch size, seq_length, GPU count or model (architecture fields of the dump,
@@ -67,7 +68,14 @@ import numpy as np
 
 from vlmdata import storage
 from vlmdata.audit.metrics import summarize
-from vlmdata.audit.verdict import DEFAULT_THRESHOLD, GAP_METRICS, METRIC_LABELS, decide, verdict_line
+from vlmdata.audit.verdict import (
+    DEFAULT_THRESHOLD,
+    GAP_METRICS,
+    METRIC_LABELS,
+    MIN_INTERVAL_STEPS,
+    decide,
+    verdict_line,
+)
 from vlmdata.errors import VlmdataError
 
 ITER_RE = re.compile(r"iteration\s+(\d{1,15})\s*/\s*(\d{1,15})\s*\|(.*)$")
@@ -447,10 +455,10 @@ def to_records(parsed: dict, warmup: int | None = None, seq_length: int | None =
                 f"short run: {len(lines)} logged interval(s) in all, so warm-up could not be excluded "
                 "(the figures include start-up); log more often (log_interval) or run longer"
             )
-    if records and len(records) < 2:
+    if records and len(records) < MIN_INTERVAL_STEPS:
         notes.append(
-            f"{len(records)} logged interval after warm-up: no confidence interval; "
-            "log more often (log_interval) or run longer"
+            f"{len(records)} logged interval(s) after warm-up, fewer than {MIN_INTERVAL_STEPS}: no confidence "
+            "interval (the verdict is undecided); log more often (log_interval) or run longer"
         )
     gbs = sorted({r["global_batch_size"] for r in records if r["global_batch_size"] is not None})
     info = {
@@ -569,17 +577,12 @@ def _mismatches(parsed: dict[str, dict], infos: dict[str, dict]) -> list[tuple[s
     return diffs
 
 
-def _adjust_verdict(v: dict, real: dict, images: bool, short: bool) -> dict:
-    """Log-specific corrections of ``decide``'s verdict: no interval from one interval, no VLM advice
-    without image information, and the verdict line rebuilt."""
-    if short:
-        for g in v["gaps"].values():
-            for ci in g.values():
-                if ci is not None:
-                    ci["lo"] = ci["hi"] = None
-        for o in v["offenders"]:
-            o["lo"] = o["hi"] = None
-            o["confident"] = False
+LOG_MORE = "log more intervals (run longer, or log more often: log_interval)"
+
+
+def _adjust_verdict(v: dict, real: dict, images: bool) -> dict:
+    """Log-specific corrections of ``decide``'s verdict: no VLM advice without image information, and the
+    verdict line rebuilt. (Too few logged intervals for an interval is ``decide``'s undecided.)"""
     if not images:
         for k in v["knobs"]:
             if k["knob"] == "variance":
@@ -637,9 +640,8 @@ def compare_logs(
         raise WorkloadMismatch(diffs)
     evidence = {k: image_evidence(p) for k, p in parsed.items()}
     images = any(evidence.values())
-    short = any(len(r["records"]) < 2 for r in runs.values())
     summaries = {k: v["summary"] for k, v in sources.items()}
-    verdict = _adjust_verdict(decide(runs, summaries, threshold=threshold), summaries["real"], images, short)
+    verdict = _adjust_verdict(decide(runs, summaries, threshold=threshold, more=LOG_MORE), summaries["real"], images)
     notes = [f"{k}: {n}" for k in ("mock", "real") for n in infos[k]["notes"]]
     if diffs:
         notes.append("compared although the workloads differ: " + "; ".join(f"{w} {a} vs {b}" for w, a, b in diffs))

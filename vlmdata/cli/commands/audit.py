@@ -253,7 +253,7 @@ def add_parser(sub):
             "top of the log. Drop warm-up iterations and give the audit's verdict on TFLOP/s/GPU and samples/s (and\n"
             "tokens/s when seq_length is known), per iteration. Refuses (exit 2) logs whose global batch size,\n"
             "seq_length, GPU count or model differ, unless --allow-mismatch. Short runs (a 10-iteration quick run)\n"
-            "work: with fewer than two logged intervals after warm-up there is no confidence interval."
+            "work, but with fewer than five logged intervals after warm-up there is no confidence interval: UNDECIDED."
         ),
     )
     c.add_argument("--mock", required=True, metavar="LOG", help="training log of the mock-data run")
@@ -425,6 +425,10 @@ def run(args) -> int:
     return _exit_code(report["verdict"])
 
 
+def _colour(v: dict) -> str:
+    return {"MISLEADING": "bold red", "UNDECIDED": "bold yellow"}.get(v.get("status") or "", "bold green")
+
+
 def _exit_code(v: dict | None) -> int:
     """0 OK (or no verdict), 3 MISLEADING, 4 UNDECIDED (EXIT_HELP)."""
     status = (v or {}).get("status")
@@ -497,8 +501,7 @@ def run_compare(args) -> int:
         for title, head, rows in content["tables"]:
             out.print(table(title, head, rows))
         v = report["verdict"]
-        colour = "bold red" if v["status"] == "MISLEADING" else "bold green"
-        out.print(f"[{colour}]{escape(v['line'])}[/]", soft_wrap=True)
+        out.print(f"[{_colour(v)}]{escape(cli_flags(v['line'], PARAM_FLAGS))}[/]", soft_wrap=True)
         for k in v["knobs"][:3]:
             out.print(f"  - {k['message']}", soft_wrap=True, markup=False)
         for label, text in content["lines"]:
@@ -538,8 +541,7 @@ def _emit(report: dict, args) -> None:
             out.print(_table(report))
     v = report["verdict"]
     if v:
-        colour = "bold red" if v["status"] == "MISLEADING" else "bold green"
-        out.print(f"[{colour}]{v['line']}[/]", soft_wrap=True)
+        out.print(f"[{_colour(v)}]{escape(cli_flags(v['line'], PARAM_FLAGS))}[/]", soft_wrap=True)
         for k in (v.get("knobs") or [])[:3]:
             out.print(f"  - {k['message']}", soft_wrap=True, highlight=False)
     for name, st in (report.get("stragglers") or {}).items():
