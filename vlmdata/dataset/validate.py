@@ -11,8 +11,11 @@ What is checked (a problem makes the report fail; a warning does not):
   default build, so a default build always passes its own validate), or "full" (``decode=True``:
   every pixel decoded) / "header" (``decode=False``); an image with an EXIF orientation is a warning
   (readers disagree on it);
+- no ``.tar`` file in the dataset folder is missing from the manifest (a stray copy such as
+  ``shard-000000 (1).tar`` is read by every ``glob("*.tar")`` reader, the README's webdataset recipe
+  included: extra samples the manifest does not count);
 - ``.nv-meta`` (``energon.check_energon``): present and complete, its shard list equal to the
-  manifest's, the sample loader and dataset.yaml byte-identical to what the manifest records, and
+  manifest's, every ``.tar.idx`` and ``index.sqlite`` row equal to what the shards give, the sample loader and dataset.yaml byte-identical to what the manifest records, and
   Energon opens the dataset and reads a sample (only once all of that holds). A manifest from before
   the loader hash was recorded gives a warning, not a failure, when the loader is one vlmdata wrote.
 
@@ -219,6 +222,7 @@ def validate(
         elif want is not None and keys != want and len(keys) == len(want):
             rep.problems.append(Problem(name, "", "sample keys differ from the manifest's key list"))
     _check_totals(manifest, rep)
+    _check_strays(root, manifest, present, rep)
     if "energon" not in manifest:
         rep.warnings.append(
             Problem(
@@ -250,6 +254,21 @@ def _check_totals(manifest: dict, rep: ValidationReport) -> None:
         rep.problems.append(Problem("-", "", f"accounting says {acc['written']} written, totals say {t['samples']}"))
     if "images" in t and rep.images != t["images"] and not any(p.problem == "shard file missing" for p in rep.problems):
         rep.problems.append(Problem("-", "", f"{rep.images} images in shards, manifest totals say {t['images']}"))
+
+
+def _check_strays(root: str, manifest: dict, present, rep: ValidationReport) -> None:
+    """A ``.tar`` beside the manifest's shards that the manifest does not list is a problem (module docstring)."""
+    names = present if present is not None else {storage.basename(p) for p in storage.ls(root)}
+    listed = {s["name"] for s in manifest["shards"]}
+    for name in sorted(n for n in names if n.endswith(".tar") and n not in listed):
+        rep.problems.append(
+            Problem(
+                safe_label(name, 200),
+                "",
+                "a .tar the manifest does not list: glob('*.tar') readers (webdataset, the README's recipe) read "
+                "its samples too; remove it or move it out of the dataset folder",
+            )
+        )
 
 
 def _check_nv_meta(root: str, manifest: dict, remote: bool, present, rep: ValidationReport) -> None:
