@@ -178,8 +178,12 @@ def validate(
         A ValidationReport (``ok`` when there is no problem). Raises ManifestError when there is no usable
         manifest, OSError/StorageError when the dataset cannot be read at all.
     """
+    if not isinstance(root, (str, os.PathLike)) or not str(os.fspath(root)).strip():
+        raise ManifestError(f"`root` must be a dataset folder, its manifest.json or a .tar shard, got {root!r}"[:200])
+    if decode is not None and not isinstance(decode, bool):
+        raise ManifestError(f"`decode` must be None, True or False, got {decode!r}")
     try:
-        root = storage.local(root)
+        root = storage.local(str(os.fspath(root)))
     except storage.CredentialsInURL as e:
         raise ManifestError(str(e)) from None
     if not storage.is_url(root) and root.endswith(".tar") and os.path.isfile(root):

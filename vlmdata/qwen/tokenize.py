@@ -35,6 +35,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from vlmdata.errors import OptionsError
 from vlmdata.qwen.spec import (
     CONTROL_TOKEN,
     IMAGE_PAD,
@@ -159,18 +160,33 @@ class ChatTokenizer:
     ):
         if tokenizer is None:
             tokenizer = shared_tokenizer()
+        elif not callable(getattr(tokenizer, "convert_tokens_to_ids", None)):
+            raise OptionsError(
+                f"`tokenizer` must be a Hugging Face Qwen tokenizer object (or None: the shipped one), got "
+                f"{type(tokenizer).__name__}"
+            )
+        if chat_template is not None and not isinstance(chat_template, str):
+            raise OptionsError(f"`chat_template` must be a Jinja template string, got {type(chat_template).__name__}")
         self.tokenizer = tokenizer
         self.spec = get_spec(model)
         if default_system is ChatTokenizer._UNSET:
             if chat_template is None:
                 own = getattr(tokenizer, "chat_template", None)
                 chat_template = own if isinstance(own, str) and IMAGE_PAD in own else None
-            default_system = default_system_of_template(chat_template)
+            try:  # rendered once here: a broken template fails when the loader is made, not at its first batch
+                default_system = default_system_of_template(chat_template)
+            except Exception as e:  # noqa: BLE001 - jinja2 raises TemplateSyntaxError, UndefinedError, TypeError...
+                raise OptionsError(f"`chat_template` cannot be rendered: {type(e).__name__}: {e}") from None
         self.default_system = default_system
         tid = tokenizer.convert_tokens_to_ids
         self.im_start, self.im_end = tid("<|im_start|>"), tid("<|im_end|>")
         self.vision_start, self.vision_end, self.image_pad = tid(VISION_START), tid(VISION_END), tid(IMAGE_PAD)
         unk = getattr(tokenizer, "unk_token_id", None)
+        ids = (self.im_start, self.im_end, self.vision_start, self.vision_end, self.image_pad)
+        if any(not isinstance(i, int) or (unk is not None and i == unk) for i in ids):
+            raise OptionsError(
+                f"`tokenizer` is not a Qwen-VL tokenizer: it lacks <|im_start|>, {VISION_START} or {IMAGE_PAD}"
+            )
         skipped = {
             int(k) for k, v in getattr(tokenizer, "added_tokens_decoder", {}).items() if str(v) in QWEN_SKIPPED_TOKENS
         }
