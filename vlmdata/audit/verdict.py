@@ -16,7 +16,12 @@
   undecided mock, and the advice names what to measure more (```max_steps```, ```budget_s```: the CLI
   shows them as flags; ``more`` overrides it, e.g. for training logs);
 - synthetic is a **trustworthy** proxy when every gap's interval lies within ``1 ± proxy_tolerance`` (5%),
-  **not trustworthy** when one lies outside, else **undecided**; synthetic never changes the status;
+  **not trustworthy** when one lies outside, else **undecided**; synthetic never changes the status; when
+  it is not trustworthy or undecided the line names where the deviation sits (``proxy_cause``): a host-side
+  stage (data wait, prep, h2d: the generated images cost differently) or a compute stage (the twin has
+  real's shapes, so the same FLOPs: host noise such as a competing process on a 2-core CPU); an interval
+  outside the tolerance whose difference lies mostly in compute stages (``host_noise``) makes synthetic
+  undecided, not "not trustworthy": the measurement, not the data, differs;
 - ``settled``: the intervals are tight enough for the verdict (each on one side of its limits, each
   within ±precision of its ratio, none missing); the runner measures until they are;
 - the stage that contributes most to each source's gap (per-sample stage time, real minus source), named
@@ -310,14 +315,23 @@ def decide(
     judged = result["states"].values()
     result["status"] = "MISLEADING" if OFFENDER in judged else "UNDECIDED" if UNDECIDED in judged else "OK"
     if PROXY in result["gaps"]:
-        result["synthetic_proxy"] = _proxy(result["gaps"][PROXY], proxy_tolerance)
+        result["synthetic_proxy"] = _proxy(result["gaps"][PROXY], proxy_tolerance, result["attribution"][PROXY])
     result["knobs"] = knobs(summaries[real], stragglers)
     result["next_knob"] = result["knobs"][0]["knob"] if result["knobs"] else None
     result["line"] = verdict_line(result)
     return result
 
 
-def _proxy(g: dict, tolerance: float) -> dict:
+def host_noise(attribution: dict) -> bool:
+    """Whether synthetic's per-sample difference from real lies mostly in compute stages (same shapes, same
+    FLOPs on both: the host's noise) rather than in the host-side stages its images can make differ."""
+    diff = attribution.get("ms_per_sample_diff") or {}
+    host = sum(abs(d) for k, d in diff.items() if k in HOST_STAGES)
+    compute = sum(abs(d) for k, d in diff.items() if k not in HOST_STAGES and k != "other")
+    return compute > host
+
+
+def _proxy(g: dict, tolerance: float, attribution: dict | None = None) -> dict:
     devs = {m: abs(ci["ratio"] - 1) for m, ci in g.items() if ci is not None}
     states = [x for x in (proxy_state(ci, tolerance) for ci in g.values()) if x is not None]
     state = (
@@ -327,9 +341,13 @@ def _proxy(g: dict, tolerance: float) -> dict:
         if UNDECIDED in states or not states
         else "trustworthy"
     )
+    noise = state == "not trustworthy" and attribution is not None and host_noise(attribution)
+    if noise:  # the twin has real's shapes: a gap in compute stages is the host's, not the data's
+        state = UNDECIDED
     cis = [ci for ci in g.values() if ci is not None and ci["lo"] is not None]
     return {
         "state": state,
+        "host_noise": noise,
         "trustworthy": state == "trustworthy",
         "max_deviation": max(devs.values()) if devs else None,
         "deviations": devs,
@@ -399,13 +417,50 @@ def proxy_line(v: dict) -> str | None:
         return None
     tol = v["proxy_tolerance"]
     state = sp.get("state") or ("trustworthy" if sp["trustworthy"] else "not trustworthy")
-    dev = f"max deviation {sp['max_deviation']:.1%}, tolerance {tol:.0%}"
+    dev = f"max deviation {sp['max_deviation']:.1%}, tolerance {tol:.0%} on the interval"
+    cause = proxy_cause(v)
     if state == "trustworthy":
         return f"synthetic is a trustworthy proxy ({dev}, every interval inside 1 ± {tol:.0%})"
     if state == "not trustworthy":
-        return f"synthetic is NOT a trustworthy proxy ({dev}, an interval outside 1 ± {tol:.0%})"
-    why = "too few steps for an interval" if sp.get("few_steps") else f"an interval spans 1 ± {tol:.0%}"
-    return f"synthetic as a proxy is undecided ({dev}; {why}): {v.get('more', MORE)}"
+        return f"synthetic is NOT a trustworthy proxy ({dev}, an interval outside 1 ± {tol:.0%}" + (
+            f"; {cause})" if cause else ")"
+        )
+    why = (
+        "too few steps for an interval"
+        if sp.get("few_steps")
+        else f"an interval lies outside 1 ± {tol:.0%}, but in compute stages: host noise"
+        if sp.get("host_noise")
+        else f"an interval spans 1 ± {tol:.0%}"
+    )
+    return (
+        f"synthetic as a proxy is undecided ({dev}; {why}"
+        + (f"; {cause}" if cause else "")
+        + f"): {v.get('more', MORE)}"
+    )
+
+
+HOST_STAGES = ("data_wait", "prep", "h2d")  # where the twin's bytes can cost differently from real's
+
+
+def proxy_cause(v: dict) -> str | None:
+    """Where synthetic's deviation sits: its largest per-sample stage difference from real, named as a host-side
+    cost (data wait, prep, h2d: the generated images decode and move differently) or as host noise (a compute
+    stage: the twin has real's shapes and token ids, so the same FLOPs; a difference there is the host's, e.g.
+    a competing process on a small CPU, not the data's)."""
+    att = (v.get("attribution") or {}).get(PROXY) or {}
+    diff = att.get("ms_per_sample_diff") or {}  # real minus synthetic, ms per sample
+    if not diff:
+        return None
+    stage, d = max(diff.items(), key=lambda kv: abs(kv[1]))
+    if abs(d) < 0.05:
+        return None
+    slower = "synthetic" if d < 0 else "real"
+    if stage in HOST_STAGES:
+        return f"largest difference: {stage}, {abs(d):.1f} ms/sample more on {slower} (a host-side cost of the images)"
+    return (
+        f"largest difference: {stage}, {abs(d):.1f} ms/sample more on {slower}: a compute stage with the same "
+        "shapes on both, so host noise (e.g. a competing process), not the data"
+    )
 
 
 def verdict_line(v: dict) -> str:

@@ -821,6 +821,8 @@ def build(
             raise BuildError(f"`{name}` must be a path or URL, got {value!r}"[:200])
     if opts is not None and not isinstance(opts, BuildOptions):
         raise BuildError(f"`opts` must be a BuildOptions, got {type(opts).__name__} (BuildOptions(**d) builds one)")
+    if progress is not None and not callable(progress):
+        raise BuildError(f"`progress` must be a callable or None, got {type(progress).__name__}")
     for name, flag in (("resume", resume), ("overwrite", overwrite), ("energon", energon)):
         if not isinstance(flag, bool):
             raise BuildError(f"`{name}` must be True or False, got {flag!r}")

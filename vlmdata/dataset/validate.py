@@ -36,6 +36,7 @@ from vlmdata.dataset.manifest import ManifestError, load_manifest, shard_keys
 from vlmdata.dataset.nvmeta import check_energon
 from vlmdata.dataset.schema import BadJSON, check_meta, loads, safe_label
 from vlmdata.dataset.tar import TarReadError, iter_raw_samples
+from vlmdata.errors import OptionsError
 
 
 @dataclass
@@ -180,8 +181,12 @@ def validate(
     """
     if not isinstance(root, (str, os.PathLike)) or not str(os.fspath(root)).strip():
         raise ManifestError(f"`root` must be a dataset folder, its manifest.json or a .tar shard, got {root!r}"[:200])
+    if progress is not None and not callable(progress):
+        raise OptionsError(f"`progress` must be a callable or None, got {type(progress).__name__}")
     if decode is not None and not isinstance(decode, bool):
-        raise ManifestError(f"`decode` must be None, True or False, got {decode!r}")
+        raise OptionsError(f"`decode` must be None, True or False, got {decode!r}")
+    if not isinstance(energon, bool):
+        raise OptionsError(f"`energon` must be True or False, got {energon!r}")
     try:
         root = storage.local(str(os.fspath(root)))
     except storage.CredentialsInURL as e:

@@ -447,6 +447,8 @@ def profile_dataset(
     """
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise ProfileError(f"`path` must be a dataset or source path, got {path!r}"[:200])
+    if progress is not None and not callable(progress):
+        raise ProfileError(f"`progress` must be a callable or None, got {type(progress).__name__}")
     if opts is not None and not isinstance(opts, ProfileOptions):
         raise ProfileError(f"`opts` must be a ProfileOptions, got {type(opts).__name__}")
     opts = opts or ProfileOptions()
