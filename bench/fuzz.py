@@ -1880,7 +1880,8 @@ def _leak_cases() -> list[Case]:
         "argparse_choice": ["audit", "--preset", url],
         "inspect": ["inspect", url],
         "build_image_root": ["build", "SRC", "-o", "OUT", "--image-root", url],
-        "loader_arg": ["audit", "--loader-arg", f"chat_template={url}", *AUDIT_FAST],
+        "loader_arg": ["audit", "--loader-arg", f"chat_template={url}", "-o", "OUT", *AUDIT_FAST],
+        "sweep_value": ["audit", "--sweep", f"micro_batch_size={url}", *AUDIT_FAST],
         "signed_query": ["audit", "--real", f"s3://bucket/x?X-Amz-Signature={SECRET}", *AUDIT_FAST],
     }
     cases = []
@@ -1984,22 +1985,28 @@ def _output_path_cases() -> list[Case]:
 
 
 def _straddle_dataset(root: str) -> dict:
-    """Two-image samples whose second image straddles seq_length: skipped as image_truncated and named."""
+    """Two-image samples whose second image straddles seq_length: skipped as image_truncated and named, and no
+    batch ever carries fewer image-pad tokens than image features."""
+    import numpy as np
+
     from vlmdata.audit.model import IMAGE_TOKEN_ID
     from vlmdata.loaders.api import make_loader
 
-    ld = make_loader(
-        root, tokenizer=_tokenizer(), seq_length=200, micro_batch_size=2, min_pixels=64 * 64, max_pixels=128 * 128
-    )
+    kw = dict(tokenizer=_tokenizer(), micro_batch_size=2, min_pixels=64 * 64, max_pixels=128 * 128, shuffle=False)
+    first = next(iter(make_loader(root, seq_length=None, **kw)))
+    pads = np.flatnonzero(first["input_ids"][0].numpy() == IMAGE_TOKEN_ID)
+    gaps = np.flatnonzero(np.diff(pads) != 1)
+    second = int(pads[gaps[0] + 1])  # the first image-pad token of the second image
+    ld = make_loader(root, seq_length=second + 4, **kw)
     mismatched = 0
     for b in ld:
-        pads = int((b["input_ids"] == IMAGE_TOKEN_ID).sum())
+        n_pads = int((b["input_ids"] == IMAGE_TOKEN_ID).sum())
         feats = int(b["visual_inputs"].image_grid_thw.prod(-1).sum()) // 4
-        mismatched += pads != feats
+        mismatched += n_pads != feats
     st = ld.stats.to_json()
-    if mismatched or st["samples"] + st["skipped"] != 6:
-        raise SystemExit(f"error: {mismatched} batches with image tokens != features; {st}")
-    return st
+    if mismatched or st["samples"] + st["skipped"] != 6 or not st["skipped_by_reason"].get("image_truncated"):
+        raise SystemExit(f"error: {mismatched} batches with image tokens != features; {st['skipped_by_reason']}")
+    return {"skipped_by_reason": st["skipped_by_reason"]}
 
 
 def _data_cases() -> list[Case]:
@@ -2073,11 +2080,13 @@ def _data_cases() -> list[Case]:
         from vlmdata.dataset.schema import ImageInfo, Sample, user_assistant
 
         samples = []
-        for i in range(6):
+        for i in range(6):  # 4 two-image samples (their second image straddles), 2 one-image ones (they fit)
             imgs = [jpeg(128, 128, color=(i * 30, 40, 50)), jpeg(128, 128, color=(40, i * 30, 50))]
-            s = Sample(key=f"s{i:09d}", conversation=user_assistant("compare these", "they differ", 2))
+            imgs = imgs if i < 4 else [jpeg(64, 64)]
+            s = Sample(key=f"s{i:09d}", conversation=user_assistant("compare these", "they differ", len(imgs)))
             s.images = imgs
-            s.image_info = [ImageInfo(f"{j}.jpg", 128, 128, "JPEG", len(b)) for j, b in enumerate(imgs)]
+            side = 128 if i < 4 else 64
+            s.image_info = [ImageInfo(f"{j}.jpg", side, side, "JPEG", len(b)) for j, b in enumerate(imgs)]
             samples.append(s)
         out = ctx.out("ds")
         write_dataset(out, samples, kind="build", options={}, source={"format": "fuzz"})
@@ -2168,7 +2177,7 @@ def _api_call(name: str, kind: str) -> dict:
         "make_loader": {
             "int": lambda: vlmdata.make_loader(123),
             "none": lambda: vlmdata.make_loader(None),
-            "missing": lambda: vlmdata.make_loader("/nonexistent/x"),
+            "missing": lambda: vlmdata.make_loader("/proc/vlmdata-none/x"),
             "empty": lambda: vlmdata.make_loader(""),
             "empty_glob": lambda: vlmdata.make_loader("/nonexistent*/x*.tar"),
             "dict": lambda: vlmdata.make_loader({"a": 1}),
@@ -2193,16 +2202,16 @@ def _api_call(name: str, kind: str) -> dict:
             "loader_max_pixels_str": lambda: LoaderOptions(max_pixels="big"),
             "loader_model_list": lambda: LoaderOptions(model=["qwen3-vl"]),
             "loader_seed_negative": lambda: LoaderOptions(seed=-1),
-            "build_opts_str": lambda: vlmdata.build(ds, "/nonexistent/out", BuildOptions(max_count="5")),
-            "build_opts_fsync": lambda: vlmdata.build(ds, "/nonexistent/out", BuildOptions(fsync="yes")),
+            "build_opts_str": lambda: vlmdata.build(ds, "/proc/vlmdata-none/out", BuildOptions(max_count="5")),
+            "build_opts_fsync": lambda: vlmdata.build(ds, "/proc/vlmdata-none/out", BuildOptions(fsync="yes")),
         },
         "build": {
-            "dict_opts": lambda: vlmdata.build(ds, "/nonexistent/out", {"max_count": 5}),
+            "dict_opts": lambda: vlmdata.build(ds, "/proc/vlmdata-none/out", {"max_count": 5}),
             "none_out": lambda: vlmdata.build(ds, None),
-            "none_source": lambda: vlmdata.build(None, "/nonexistent/out"),
-            "int_source": lambda: vlmdata.build(5, "/nonexistent/out"),
-            "missing_source": lambda: vlmdata.build("/nonexistent/src", "/tmp/vlmdata-fuzz-none/out"),
-            "resume_str": lambda: vlmdata.build(ds, "/nonexistent/out", resume="yes"),
+            "none_source": lambda: vlmdata.build(None, "/proc/vlmdata-none/out"),
+            "int_source": lambda: vlmdata.build(5, "/proc/vlmdata-none/out"),
+            "missing_source": lambda: vlmdata.build("/nonexistent/src", "/proc/vlmdata-none/out"),
+            "resume_str": lambda: vlmdata.build(ds, "/proc/vlmdata-none/out", resume="yes"),
         },
         "validate": {
             "none": lambda: vlmdata.validate(None),

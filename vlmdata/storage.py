@@ -217,7 +217,7 @@ def read_regular(path: str, max_bytes: int, what: str = "file") -> bytes:
         if st.st_size > max_bytes:
             raise FileTooLarge(errno.EFBIG, f"{what} is {st.st_size} bytes, more than the limit of {max_bytes}")
         with builtins.open(fd, "rb", closefd=False) as f:
-            data = f.read(max_bytes + 1)
+            data = f.read(min(max_bytes, st.st_size) + 1)
     finally:
         os.close(fd)
     if len(data) > max_bytes:  # grew while reading
@@ -268,7 +268,7 @@ def read_regular_parts(
             raise FileTooLarge(errno.EFBIG, f"{what} is {st.st_size} bytes, more than the limit of {max_bytes}")
         if st.st_size <= head + tail:
             with builtins.open(fd, "rb", closefd=False) as f:
-                data = f.read(max_bytes + 1)
+                data = f.read(min(max_bytes, st.st_size) + 1)
             if len(data) > max_bytes:
                 raise FileTooLarge(errno.EFBIG, f"{what} is more than the limit of {max_bytes} bytes")
             return data

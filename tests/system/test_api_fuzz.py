@@ -13,7 +13,21 @@ import vlmdata
 from vlmdata import BuildOptions, LoaderOptions, VlmdataError
 from vlmdata.loaders.options import names as loader_option_names
 
-HOSTILE = [None, 123, -1, 3.5, math.nan, "", "/nonexistent/x", b"bytes", [], {}, object(), True, "../../etc"]
+HOSTILE = [
+    None,
+    123,
+    -1,
+    3.5,
+    math.nan,
+    "",
+    "/proc/vlmdata-missing/x",
+    b"bytes",
+    [],
+    {},
+    object(),
+    True,
+    "../../vlmdata-missing-dir",
+]
 D = vlmdata.sample_data_path()
 
 
@@ -99,7 +113,9 @@ def test_build_arguments(param, value, src, tmp_path):
 
 
 @pytest.mark.parametrize("value", HOSTILE, ids=repr)
-@pytest.mark.parametrize("field", ["prefix", "max_count", "max_size", "max_pixels", "verify", "format", "prompt", "workers"])
+@pytest.mark.parametrize(
+    "field", ["prefix", "max_count", "max_size", "max_pixels", "verify", "format", "prompt", "workers"]
+)
 def test_build_options_fields(field, value, src, tmp_path):
     attempt(vlmdata.build, src, str(tmp_path / "out"), BuildOptions(**{field: value}))
 

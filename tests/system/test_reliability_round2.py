@@ -42,6 +42,7 @@ def jpeg(path, w=64, h=48):
     [
         ["audit", "--real", URL, *FAST],
         ["audit", "--profile", URL, *FAST],
+        ["audit", "--profile", URL, "--sources", "imagefree,synthetic,real", "--steps", "6"],
         ["audit", "compare", "--mock", URL, "--real", URL],
         ["synth", "--profile", URL, "-n", "2", "-o", "OUT"],
         ["audit", "--steps", URL],
@@ -131,21 +132,25 @@ def test_build_never_walks_out_of_its_source(tmp_path, capsys):
 
 
 def test_validate_fails_a_flipped_idx_byte_a_changed_sqlite_row_and_a_stray_shard(ds, capsys):
+    def said():
+        cap = capsys.readouterr()
+        return cap.out + cap.err
+
     idx = ds / "shard-000001.tar.idx"
     good = idx.read_bytes()
     bad = bytearray(good)
     bad[9] ^= 0x10
     idx.write_bytes(bytes(bad))
-    assert main(["validate", str(ds), "-q"]) == 1 and "shard-000001.tar.idx does not match" in capsys.readouterr().out
+    assert main(["validate", str(ds), "-q"]) == 1 and "shard-000001.tar.idx does not match" in said()
     idx.write_bytes(good)
     db = sqlite3.connect(str(ds / ".nv-meta" / "index.sqlite"))
     db.execute("UPDATE sample_parts SET content_byte_size = content_byte_size + 1 WHERE sample_index = 2")
     db.commit()
     db.close()
-    assert main(["validate", str(ds), "-q"]) == 1 and "index.sqlite rows differ" in capsys.readouterr().out
+    assert main(["validate", str(ds), "-q"]) == 1 and "index.sqlite rows differ" in said()
     shutil.copy(vlmdata.sample_data_path() + "/.nv-meta/index.sqlite", ds / ".nv-meta" / "index.sqlite")
     shutil.copy(ds / "shard-000000.tar", ds / "shard-000000 (1).tar")
-    assert main(["validate", str(ds), "-q"]) == 1 and "the manifest does not list" in capsys.readouterr().out
+    assert main(["validate", str(ds), "-q"]) == 1 and "the manifest does not list" in said()
     os.remove(ds / "shard-000000 (1).tar")
     assert main(["validate", str(ds), "-q"]) == 0
     assert struct.unpack("<Q", good[:8])[0] == 0  # the first sample starts the shard

@@ -8,7 +8,9 @@ instead of a traceback after minutes of measuring.
   earlier audit report, and the generated inputs (``synthetic-twin/``, ``synthetic-profile/``: ``inputs.TWIN_DIR``,
   ``inputs.PROFILE_DIR``) replace only what an earlier audit wrote, never the real dataset, the profile or a
   folder of other files (``dataset.resolve.check_output``);
-- ``check_report_dir(out, inputs)``: the same for ``audit compare -o`` (the logs are its inputs).
+- ``check_report_dir(out, inputs)``: the same for ``audit compare -o`` (the logs are its inputs);
+- ``check_paths(real=..., profile=...)``: a path with credentials, a query or a fragment is refused whether or
+  not the run would use it (an unused ``--profile`` would otherwise be written into report.json).
 
 Messages name library parameters (```out```, ```device```); the CLI shows them as flags. Depends on
 ``storage``, ``dataset`` and ``audit.inputs`` (torch is imported only by ``check_device``).
@@ -53,6 +55,17 @@ def check_device(device: str) -> None:
             raise AuditError(f"`device` {device!r} but no CUDA device is available")
         if d.index is not None and d.index >= torch.cuda.device_count():
             raise AuditError(f"`device` {device!r} but this host has {torch.cuda.device_count()} CUDA device(s)")
+
+
+def check_paths(*, real: str | None = None, profile: str | None = None) -> None:
+    """AuditError for an input path that carries credentials (``storage.check_url``), used or not."""
+    for name, p in (("real", real), ("profile", profile)):
+        if p is None:
+            continue
+        try:
+            storage.check_url(p)
+        except storage.CredentialsInURL as e:
+            raise AuditError(f"`{name}`: {e}") from None
 
 
 def _head(path: str, n: int = 256) -> bytes:

@@ -146,7 +146,11 @@ def check_real(real: str, shards: list[str]) -> None:
 
 def check_loader_options(options: dict) -> None:
     """AuditError for user loader options the audit decides per source (``images``: real always decodes,
-    imagefree drops, the census plans shapes)."""
+    imagefree drops, the census plans shapes), and for a value carrying a credential (it would be written into
+    report.json)."""
+    for k, v in options.items():
+        if isinstance(v, str) and storage.redact_text(v) != v:
+            raise AuditError(f"loader option {k}: its value carries a credential or a signed URL; not accepted")
     if "images" in options:
         raise AuditError(
             f"loader option images={options['images']!r} is not accepted: the audit decides each source's images "

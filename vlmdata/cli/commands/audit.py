@@ -9,7 +9,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from vlmdata.audit.guard import check_device, check_out_dir, check_report_dir
+from vlmdata.audit.guard import check_device, check_out_dir, check_paths, check_report_dir
 from vlmdata.audit.inputs import AuditError, check_loader_options, fit_seq_length
 from vlmdata.audit.logs import LogError, WorkloadMismatch, compare_logs, report_content
 from vlmdata.cli.args import cli_flags, non_negative_int, positive_int
@@ -26,6 +26,7 @@ from vlmdata.cli.console import (
 )
 from vlmdata.errors import OptionsError
 from vlmdata.loaders.options import LoaderOptions
+from vlmdata.storage import redact_text
 
 EXIT_HELP = """exit codes:
   0  OK: every mock source is within --threshold of real (each interval below the limit), or no verdict
@@ -102,6 +103,8 @@ def _seconds(text: str) -> float:
 
 
 def _sweep_item(text: str) -> str:
+    if redact_text(text) != text:
+        raise argparse.ArgumentTypeError("a value carries a credential or a signed URL; not accepted")
     key, sep, values = text.partition("=")
     if not sep or not key.strip() or not [v for v in values.split(",") if v.strip()]:
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=V1,V2,... (e.g. micro_batch_size=1,2,4)")
@@ -327,6 +330,7 @@ def config_from(args):
     from vlmdata.audit.runner import AuditConfig, default_real
 
     check_device(args.device)  # a bad --device is one line, before anything is built
+    check_paths(real=args.real, profile=args.profile)
     cuda = torch.device(args.device).type == "cuda"
     if cuda and not torch.cuda.is_available():
         raise UserError("--device cuda but no CUDA device is available")
