@@ -129,14 +129,14 @@ def check_real(real: str, shards: list[str]) -> None:
     for folder, m in _manifests_of(real, shards):
         kind = m.get("kind")
         if kind in GENERATED_KINDS:
-            src = m.get("source") if isinstance(m.get("source"), dict) else {}
+            src: dict = m["source"] if isinstance(m.get("source"), dict) else {}
             what = src.get("generator") or src.get("mock") or src.get("format") or kind
             raise AuditError(
                 f"real dataset {shown!r} is not real data: its manifest ({folder}) says it is "
                 f"{GENERATED_KINDS[kind]} ({what}); the real source must be real: build it from your data with "
                 "`vlmdata build SOURCE -o SHARDS`"
             )
-        totals = m.get("totals") if isinstance(m.get("totals"), dict) else {}
+        totals: dict = m["totals"] if isinstance(m.get("totals"), dict) else {}
         if totals.get("samples") and totals.get("images") == 0:
             raise AuditError(
                 f"real dataset {shown!r} holds {totals['samples']} samples and no images: the audit compares "

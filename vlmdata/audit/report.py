@@ -650,7 +650,7 @@ def _headline_html(v: dict) -> str:
     one line in its status colour."""
     esc = html.escape
     if "states" not in v:
-        colour = STATUS_COLOURS.get(v.get("status"), "#333")
+        colour = STATUS_COLOURS.get(str(v.get("status")), "#333")
         return f"<p style='font-size:1.2em;color:{colour}'><b>{esc(v['line'])}</b></p>"
     lines = [(STATUS_COLOURS.get(v["status"], "#333"), mock_line(v), "1.2em")]
     proxy = proxy_line(v)
