@@ -106,6 +106,7 @@ def real_shards(real: str) -> list[str]:
 
 def _manifests_of(real: str, shards: list[str]) -> list[tuple[str, dict]]:
     """(folder, manifest) of the dataset ``real`` names, or of every local folder of its shards that has one."""
+    # the dataset layer: imported when a real dataset is checked, not by `vlmdata audit --help`
     from vlmdata.dataset.manifest import MANIFEST_NAME, ManifestError, load_manifest
     from vlmdata.dataset.resolve import open_dataset
 

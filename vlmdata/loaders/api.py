@@ -39,7 +39,7 @@ from vlmdata.loaders.options import IMAGE_MODES, LoaderOptions
 from vlmdata.loaders.pipeline import Consumed, Plan, Stats, check_epoch, check_fit
 from vlmdata.loaders.pixel_rows import preprocess_rows
 from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
-from vlmdata.qwen.tokenize import ChatTokenizer
+from vlmdata.qwen.tokenize import ChatTokenizer, TokenizerArgumentError
 from vlmdata.qwen.vision import preprocess_shape
 from vlmdata.synthetic.names import IMAGEFREE, IMAGEFREE_FIXED, MOCKS
 from vlmdata.synthetic.source import MockSource, SyntheticSource
@@ -560,7 +560,10 @@ def make_loader(source: Any, options: LoaderOptions | None = None, *, tokenizer=
         )
     else:
         plan = Plan("source", epoch_samples=o.epoch_samples, seed=o.seed, shuffle=o.shuffle, buffer=o.shuffle_buffer)
-    chat = ChatTokenizer(tokenizer, o.model, chat_template=o.chat_template)
+    try:
+        chat = ChatTokenizer(tokenizer, o.model, chat_template=o.chat_template)
+    except TokenizerArgumentError as e:
+        raise OptionsError(str(e)) from None
     spec = get_spec(o.model)
     collator = Collator(
         pad_token_id=chat.pad_token_id,
