@@ -3,6 +3,7 @@ without a competing process, and where synthetic's deviation from real sits (sta
 
     python bench/cpu_demo_proxy.py --runs 3 --out /tmp/proxy          # 3 quiet + 3 loaded runs, interleaved
     python bench/cpu_demo_proxy.py --analyze /tmp/proxy/*/report.json   # the table only
+    python bench/cpu_demo_proxy.py --host /tmp/proxy/run-1-quiet/synthetic-twin   # the twin's host cost alone
 
 Each run is the bare ``vlmdata audit`` (the embedded sample data, tiny preset, CPU) with ``-o``; a *loaded*
 run has a second process spinning on one core in bursts (1.5 s on, 1.5 s off: another job on a shared host).
@@ -12,6 +13,11 @@ per sample for each stage (ms): data wait (decode + preprocess of the images in 
 CPU demo has no loader workers), vision, backward, the rest. Deviations that sit in compute stages whose
 inputs are identical (the twin has the same shapes and token ids, so the same FLOPs) are host noise, not a
 difference of the data.
+
+``--host TWIN``: the twin's host-side cost without training, interleaved: (1) decode + Qwen3-VL preprocess
+of every real sample's images and its twin's, alternately, 5 rounds, the fastest thread-CPU time of each;
+(2) the loader alone (seq 2048, micro-batch 2, no workers), real and twin batch by batch alternately,
+4 rounds, wall time per sample.
 """
 
 from __future__ import annotations
@@ -114,13 +120,82 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def host_cost(twin: str) -> None:
+    import logging
+    import statistics
+
+    import vlmdata
+    from vlmdata.dataset.manifest import shard_paths
+    from vlmdata.dataset.schema import loads
+    from vlmdata.dataset.tar import iter_shard
+    from vlmdata.loaders.api import make_loader
+    from vlmdata.loaders.options import LoaderOptions
+    from vlmdata.loaders.pixel_rows import batch_pixels, preprocess_rows
+    from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
+
+    logging.disable(logging.WARNING)
+    spec = get_spec("qwen3-vl")
+
+    def images(root):
+        out = {}
+        for p in shard_paths(root):
+            for smp in iter_shard(p):
+                meta = loads(smp.files["json"])
+                out[smp.key] = [smp.files[i["file"]] for i in meta.get("images") or []]
+        return out
+
+    real, tw = images(vlmdata.sample_data_path()), images(twin)
+    keys = [k for k in real if real[k] and len(tw.get(k, [])) == len(real[k])]
+
+    def cost(imgs):
+        t = time.thread_time()
+        rows = [preprocess_rows(b, spec, BRIDGE_MIN_PIXELS, BRIDGE_MAX_PIXELS, "bridge", False) for b in imgs]
+        batch_pixels([r for r, _ in rows], spec.patch_dim)
+        return time.thread_time() - t
+
+    print("load average", os.getloadavg())
+    best = {k: [1e9, 1e9] for k in keys}
+    for rnd in range(5):
+        for i, k in enumerate(keys):
+            for o in (0, 1) if (i + rnd) % 2 == 0 else (1, 0):
+                best[k][o] = min(best[k][o], cost(real[k] if o == 0 else tw[k]))
+    r, t = sum(v[0] for v in best.values()), sum(v[1] for v in best.values())
+    print(
+        f"decode+preprocess, {len(keys)} samples: real {r / len(keys) * 1e3:.2f} ms/sample, twin "
+        f"{t / len(keys) * 1e3:.2f} ms/sample, twin/real {t / r:.3f}"
+    )
+    o = LoaderOptions(seq_length=2048, micro_batch_size=2, num_epochs=None, seed=0)
+    ratios = []
+    for rnd in range(4):
+        its = {
+            "real": make_loader(vlmdata.sample_data_path(), o).iter_inline(),
+            "twin": make_loader(twin, o).iter_inline(),
+        }
+        acc = {"real": 0.0, "twin": 0.0}
+        for step in range(45):
+            for name in ("real", "twin") if (step + rnd) % 2 == 0 else ("twin", "real"):
+                t0 = time.perf_counter()
+                next(its[name])
+                acc[name] += time.perf_counter() - t0
+        ratios.append(acc["twin"] / acc["real"])
+        print(
+            f"loader round {rnd}: real {acc['real'] / 90 * 1e3:.2f} ms/sample, twin {acc['twin'] / 90 * 1e3:.2f}, "
+            f"twin/real {ratios[-1]:.3f}"
+        )
+    print(f"loader twin/real median of rounds {statistics.median(ratios):.3f}; load average {os.getloadavg()}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3, help="quiet and loaded runs each (interleaved)")
     ap.add_argument("--out", default="/tmp/vlmdata-proxy")
     ap.add_argument("--analyze", nargs="*", help="report.json files to tabulate (no runs)")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--host", metavar="TWIN", help="measure the twin's host-side cost only (no audit runs)")
     args = ap.parse_args(argv)
+    if args.host:
+        host_cost(args.host)
+        return 0
     rows = []
     if args.analyze:
         rows = [analyze(p) for p in args.analyze]
