@@ -1569,6 +1569,730 @@ def _endless(root: str) -> dict:
     return {}
 
 
+# ----------------------------------------------------------------------------- issue 20: shared helpers
+
+
+def sample_copy(ctx: Ctx, name: str = "ds") -> str:
+    """A private copy of the clean dataset (a case may write beside it or corrupt it), protected."""
+    dst = ctx.root / name
+    shutil.copytree(clean_dataset(), dst)
+    return str(dst)
+
+
+def expect_in_err(*words: str):
+    """The step's one-line message must name the cause (each of ``words`` in stderr)."""
+
+    def check(root, res):
+        missing = [w for w in words if w not in res.err]
+        return ("mismatch", f"message lacks {missing}: {res.err.strip()[-200:]}") if missing else None
+
+    return check
+
+
+def no_ellipsis(root, res):
+    return ("silent corruption/data loss", "a table cell was cut ('…')") if "…" in res.out else None
+
+
+STEP_MODULE = """
+import sys, time
+def raises(batch):
+    return {}["missing"]
+def two(a, b):
+    return None
+def exits0(batch):
+    sys.exit(0)
+def exits3(batch):
+    raise SystemExit(3)
+def hangs(batch):
+    while True:
+        time.sleep(0.05)
+def spins(batch):
+    while True:
+        pass
+def garbage(batch):
+    return {"times_ms": {"total": "fast"}}
+def negative(batch):
+    return {"flops": -1.0}
+def swallows(batch):
+    try:
+        while True:
+            time.sleep(0.05)
+    except Exception:
+        return None
+not_callable = 3
+"""
+AUDIT_FAST = ["--sources", "imagefree,real", "--steps", "6", "--seq-length", "2048", "-q"]
+
+
+def _step_module(ctx: Ctx) -> str:
+    write(ctx.root / "fuzzstep.py", STEP_MODULE)
+    write(ctx.root / "fuzzstep_import_raises.py", "raise ValueError('broken at import')\n")
+    write(ctx.root / "fuzzstep_import_exits.py", "import sys\nsys.exit(0)\n")
+    return str(ctx.root)
+
+
+def _log(ctx: Ctx, name: str, ms: list[str], tflops: str = "100.0", samples: list[str] | None = None) -> str:
+    lines = []
+    for i, m in enumerate(ms, 1):
+        consumed = samples[i - 1] if samples else str(16 * i)
+        lines.append(
+            f" [2026-01-01 00:00:{i:02d}] iteration {i:8d}/{len(ms):8d} | consumed samples: {consumed:>12} | "
+            f"elapsed time per iteration (ms): {m} | throughput per GPU (TFLOP/s/GPU): {tflops} | "
+            "global batch size:    16 | lm loss: 1.0E+00 |"
+        )
+    p = ctx.root / name
+    write(p, "\n".join(lines) + "\n")
+    return ctx.protect(p)
+
+
+def _good_log(ctx: Ctx, name: str, base: float) -> str:
+    return _log(ctx, name, [f"{base * (1 + 0.02 * ((i * 7) % 5)):.1f}" for i in range(30)])
+
+
+def _fifo_path(ctx: Ctx, name: str) -> str:
+    p = ctx.path(name)
+    os.mkfifo(p)
+    return p
+
+
+# ----------------------------------------------------------------------------- class: audit (CLI, --step, logs)
+
+
+def _audit_cases() -> list[Case]:
+    cases = []
+    for dev in ("tpu", "cuda:x", "cuda:99", "", "cpu:3", "meta", "s3://AKIAFUZZKEYID0000042:x@b"):
+
+        def make(ctx, dev=dev):
+            return [Step("audit", ["audit", "--device", dev, *AUDIT_FAST], ok=(2,), timeout=60)]
+
+        cases.append(Case(f"audit/device_{dev[:12] or 'empty'}", "audit", make))
+
+    def out_file(ctx):
+        p = ctx.protect(_file(ctx, "report", b"not a folder"))
+        return [Step("audit", ["audit", "-o", p, *AUDIT_FAST], ok=(2,), check=expect_in_err("not a folder"))]
+
+    def out_proc(ctx):
+        return [Step("audit", ["audit", "-o", "/proc/vlmdata-fuzz", *AUDIT_FAST], ok=(2,), timeout=60)]
+
+    def out_is_real(ctx):
+        ds = ctx.protect(sample_copy(ctx))
+        return [Step("audit", ["audit", "--real", ds, "-o", ds, *AUDIT_FAST], ok=(2,))]
+
+    def out_twin_is_real(ctx):  # -o PARENT where the real dataset is PARENT/synthetic-twin: never written over
+        ds = ctx.protect(sample_copy(ctx, "synthetic-twin"))
+        return [Step("audit", ["audit", "--real", ds, "-o", str(ctx.root), *AUDIT_FAST], ok=(2,))]
+
+    def out_report_not_ours(ctx):
+        d = _mkdir(ctx, "rep")
+        ctx.protect(_file(ctx, "rep/report.md", "my own notes\n"))
+        return [Step("audit", ["audit", "-o", d, *AUDIT_FAST], ok=(2,), check=expect_in_err("report.md"))]
+
+    for name, make in (
+        ("out_is_a_file", out_file),
+        ("out_under_proc", out_proc),
+        ("out_is_the_real_dataset", out_is_real),
+        ("out_twin_folder_is_the_real_dataset", out_twin_is_real),
+        ("out_replaces_a_foreign_report", out_report_not_ours),
+    ):
+        cases.append(Case(f"audit/{name}", "audit", make))
+
+    for arg in ("images=drop", "images=shapes", "images=decode", "nope=1", "seq_length"):
+
+        def make(ctx, arg=arg):
+            return [Step("audit", ["audit", "--loader-arg", arg, *AUDIT_FAST], ok=(2,))]
+
+        cases.append(Case(f"audit/loader_arg_{arg}", "audit", make))
+
+    def real_is_mock(ctx):
+        out = ctx.out("mock")
+        return [
+            Step("synth", ["synth", "--mock", "imagefree", "-n", "8", "-o", out, "-q"]),
+            Step("audit", ["audit", "--real", out, *AUDIT_FAST], ok=(2,), check=expect_in_err("not real data")),
+        ]
+
+    def real_is_noise(ctx):
+        out = ctx.out("noise")
+        return [
+            Step("synth", ["synth", "--mock", "bridge-noise", "-n", "8", "-o", out, "-q", "--image-size", "64x48"]),
+            Step("audit", ["audit", "--real", out, *AUDIT_FAST], ok=(2,), check=expect_in_err("not real data")),
+        ]
+
+    def real_is_source(ctx):
+        return [Step("audit", ["audit", "--real", folder(ctx, 2), *AUDIT_FAST], ok=(2,))]
+
+    for name, make in (
+        ("real_is_a_mock", real_is_mock),
+        ("real_is_noise", real_is_noise),
+        ("real_is_a_source", real_is_source),
+    ):
+        cases.append(Case(f"audit/{name}", "audit", make))
+
+    steps = {
+        "raises": ("raised KeyError", "fuzzstep.py:"),
+        "two": ("signature",),
+        "exits0": ("sys.exit(0)",),
+        "exits3": ("sys.exit(3)",),
+        "hangs": ("did not return",),
+        "spins": ("did not return",),
+        "swallows": ("did not return",),
+        "garbage": ("times_ms",),
+        "negative": ("flops",),
+        "not_callable": ("not callable",),
+        "missing_fn": ("no attribute",),
+    }
+    for fn, words in steps.items():
+
+        def make(ctx, fn=fn, words=words):
+            cwd = _step_module(ctx)
+            return [
+                Step(
+                    "audit",
+                    ["audit", "--step", f"fuzzstep:{fn}", "--budget-s", "0.5", *AUDIT_FAST],
+                    ok=(2,),
+                    env={"PYTHONPATH": cwd},
+                    check=expect_in_err(*words),
+                    timeout=120,
+                )
+            ]
+
+        cases.append(Case(f"audit/step_{fn}", "audit", make))
+    for mod, words in (
+        ("fuzzstep_import_raises:fn", ("ValueError", "broken at import")),
+        ("fuzzstep_import_exits:fn", ("raised SystemExit",)),
+        ("no_such_module_x:fn", ("cannot load",)),
+        ("fuzzstep", ("module:function",)),
+    ):
+
+        def make(ctx, mod=mod, words=words):
+            cwd = _step_module(ctx)
+            return [
+                Step(
+                    "audit",
+                    ["audit", "--step", mod, *AUDIT_FAST],
+                    ok=(2,),
+                    env={"PYTHONPATH": cwd},
+                    check=expect_in_err(*words),
+                )
+            ]
+
+        cases.append(Case(f"audit/step_module_{mod.split(':')[0]}", "audit", make))
+
+    def step_ok(ctx):
+        cwd = _step_module(ctx)
+        write(ctx.root / "okstep.py", "import time\ndef fn(batch):\n    time.sleep(0.002)\n")
+        return [Step("audit", ["audit", "--step", "okstep:fn", *AUDIT_FAST], ok=(0, 3, 4), env={"PYTHONPATH": cwd})]
+
+    cases.append(Case("audit/step_ok", "audit", step_ok))
+
+    # audit compare: logs as untrusted input
+    bad_logs = {
+        "nan_ms": (["nan"] * 12, None),
+        "negative_ms": (["-2100.0"] * 12, None),
+        "zero_ms": (["0.0"] * 12, None),
+        "inf_ms": (["inf"] * 12, None),
+        "samples_backwards": (["2000.0"] * 12, [str(16 * (12 - i)) for i in range(12)]),
+        "nan_samples": (["2000.0"] * 12, ["nan"] * 12),
+    }
+    for name, (ms, samples) in bad_logs.items():
+
+        def make(ctx, ms=ms, samples=samples):
+            mock = _log(ctx, "mock.log", ms, samples=samples)
+            real = _good_log(ctx, "real.log", 2100.0)
+            return [Step("compare", ["audit", "compare", "--mock", mock, "--real", real], ok=(2,), timeout=60)]
+
+        cases.append(Case(f"audit/compare_{name}", "audit", make))
+    specials = {
+        "dev_zero": lambda ctx: "/dev/zero",
+        "dev_urandom": lambda ctx: "/dev/urandom",
+        "fifo": lambda ctx: _fifo_path(ctx, "mock.log"),
+        "directory": lambda ctx: _mkdir(ctx, "logs"),
+        "empty": lambda ctx: _file(ctx, "mock.log", b""),
+        "binary": lambda ctx: _file(ctx, "mock.log", bytes(range(256)) * 64),
+        "utf16": lambda ctx: _file(
+            ctx, "mock.log", "iteration 1/2 | elapsed time per iteration (ms): 5 |".encode("utf-16")
+        ),
+        "huge_line": lambda ctx: _file(ctx, "mock.log", b"x" * (3 << 20) + b"\n"),
+        "digits": lambda ctx: _file(
+            ctx, "mock.log", ("iteration " + "9" * 5000 + "/1 | elapsed time per iteration (ms): 5 |\n").encode()
+        ),
+        "dots": lambda ctx: _file(ctx, "mock.log", b"Step Time : ...s GPU utilization: 1.0TFLOP/s/GPU\n" * 20),
+        "credentials": lambda ctx: f"s3://{KEYID}:{SECRET}@bucket/mock.log",
+    }
+    for name, mk in specials.items():
+
+        def make(ctx, mk=mk):
+            mock = mk(ctx)
+            real = _good_log(ctx, "real.log", 2100.0)
+            return [Step("compare", ["audit", "compare", "--mock", mock, "--real", real], ok=(2,), timeout=60)]
+
+        cases.append(Case(f"audit/compare_{name}", "audit", make))
+
+    def compare_ok_piped(ctx):
+        mock, real = _good_log(ctx, "mock.log", 2000.0), _good_log(ctx, "real.log", 2100.0)
+        return [
+            Step(
+                "compare",
+                ["audit", "compare", "--mock", mock, "--real", real, "-o", ctx.out("rep")],
+                ok=(0, 3, 4),
+                check=no_ellipsis,
+            )
+        ]
+
+    def compare_out_is_log_folder(ctx):
+        mock, real = _good_log(ctx, "mock.log", 2000.0), _good_log(ctx, "real.log", 2100.0)
+        ctx.protect(_file(ctx, "report.json", '{"mine": true}'))
+        return [Step("compare", ["audit", "compare", "--mock", mock, "--real", real, "-o", str(ctx.root)], ok=(2,))]
+
+    def compare_narrow(ctx):
+        mock, real = _good_log(ctx, "mock.log", 2000.0), _good_log(ctx, "real.log", 2100.0)
+        return [
+            Step(
+                "compare",
+                ["audit", "compare", "--mock", mock, "--real", real],
+                ok=(0, 3, 4),
+                env={"COLUMNS": "60"},
+                check=no_ellipsis,
+            )
+        ]
+
+    for name, make in (
+        ("compare_ok_piped", compare_ok_piped),
+        ("compare_out_holds_a_foreign_report", compare_out_is_log_folder),
+        ("compare_at_60_columns", compare_narrow),
+    ):
+        cases.append(Case(f"audit/{name}", "audit", make))
+    return cases
+
+
+# ----------------------------------------------------------------------------- class: leaks (wrappers echo arguments)
+
+
+def _leak_cases() -> list[Case]:
+    url = f"s3://{KEYID}:{SECRET}@bucket/x"
+    argvs = {
+        "audit_real": ["audit", "--real", url, *AUDIT_FAST],
+        "audit_profile": ["audit", "--profile", url + "/p.json", *AUDIT_FAST],
+        "audit_compare_mock": ["audit", "compare", "--mock", url, "--real", url],
+        "synth_profile": ["synth", "--profile", url, "-n", "2", "-o", "OUT"],
+        "profile_input": ["profile", url, "-o", "P"],
+        "compare_a": ["compare", url, url],
+        "argparse_steps": ["audit", "--steps", url],
+        "argparse_choice": ["audit", "--preset", url],
+        "inspect": ["inspect", url],
+        "build_image_root": ["build", "SRC", "-o", "OUT", "--image-root", url],
+        "loader_arg": ["audit", "--loader-arg", f"chat_template={url}", "-o", "OUT", *AUDIT_FAST],
+        "sweep_value": ["audit", "--sweep", f"micro_batch_size={url}", *AUDIT_FAST],
+        "signed_query": ["audit", "--real", f"s3://bucket/x?X-Amz-Signature={SECRET}", *AUDIT_FAST],
+    }
+    cases = []
+    for name, argv in argvs.items():
+
+        def make(ctx, argv=argv):
+            sub = {"OUT": ctx.out(), "P": ctx.path("p.json"), "SRC": folder(ctx, 2)}
+            return [Step("cli", [sub.get(a, a) for a in argv], ok=(2,), timeout=90)]
+
+        cases.append(Case(f"leak/{name}", "leaks", make))
+    return cases
+
+
+# ----------------------------------------------------------------------------- class: outputs (never over an input)
+
+
+def _output_path_cases() -> list[Case]:
+    cases = []
+
+    def in_dataset(rel: str):
+        def make(ctx):
+            ds = ctx.protect(sample_copy(ctx))
+            return [Step("profile", ["profile", ds, "-o", os.path.join(ds, rel), "-q"], ok=(2,))]
+
+        return make
+
+    for rel in ("manifest.json", "shard-000000.tar", "shard-000000.tar.idx", ".nv-meta/split.yaml", ".nv-meta/x.json"):
+        cases.append(Case(f"outpath/profile_over_{rel.replace('/', '_')}", "outputs", in_dataset(rel)))
+
+    def over_caption(ctx):
+        src = folder(ctx, 2)
+        return [Step("profile", ["profile", src, "-o", os.path.join(src, "good0.txt"), "-q"], ok=(2,))]
+
+    def new_file_in_source(ctx):
+        src = folder(ctx, 2)
+        return [Step("profile", ["profile", src, "-o", os.path.join(src, "good1.json"), "-q"], ok=(2,))]
+
+    def over_jsonl(ctx):
+        j = jsonl(ctx, [])
+        return [Step("profile", ["profile", j, "-o", j, "-q"], ok=(2,))]
+
+    def over_image(ctx):
+        j = jsonl(ctx, [])
+        return [Step("profile", ["profile", j, "-o", os.path.join(os.path.dirname(j), "imgs", "0.jpg"), "-q"], ok=(2,))]
+
+    def over_notes(ctx):
+        p = ctx.protect(_file(ctx, "notes.json", '{"mine": 1}'))
+        return [Step("profile", ["profile", clean_dataset(), "-o", p, "-q"], ok=(2,))]
+
+    def symlink_to_manifest(ctx):
+        ds = ctx.protect(sample_copy(ctx))
+        os.symlink(os.path.join(ds, "manifest.json"), ctx.path("p.json"))
+        return [Step("profile", ["profile", ds, "-o", ctx.path("p.json"), "-q"], ok=(2,))]
+
+    def hardlink_to_caption(ctx):
+        src = folder(ctx, 2)
+        os.link(os.path.join(src, "good0.txt"), ctx.path("p.json"))
+        return [Step("profile", ["profile", src, "-o", ctx.path("p.json"), "-q"], ok=(2,))]
+
+    def plot_over_manifest(ctx):
+        ds = ctx.protect(sample_copy(ctx))
+        return [Step("compare", ["compare", ds, ds, "--plot", os.path.join(ds, "manifest.json")], ok=(2,))]
+
+    def profile_plot_over_input(ctx):
+        ds = ctx.protect(sample_copy(ctx))
+        return [
+            Step(
+                "profile",
+                ["profile", ds, "-o", ctx.path("p.json"), "--plot", os.path.join(ds, "manifest.json")],
+                ok=(2,),
+            )
+        ]
+
+    def over_own_profile(ctx):
+        p = ctx.path("p.json")
+        args = ["profile", clean_dataset(), "-o", p, "-q", "--decode-images", "0"]
+        return [Step("profile", args), Step("profile again", args)]
+
+    def out_is_input_dir(ctx):
+        ds = ctx.protect(sample_copy(ctx))
+        return [Step("profile", ["profile", ds, "-o", ds, "-q"], ok=(2,))]
+
+    for name, make in (
+        ("profile_over_a_caption", over_caption),
+        ("profile_new_file_in_the_source", new_file_in_source),
+        ("profile_over_its_jsonl", over_jsonl),
+        ("profile_over_a_record_image", over_image),
+        ("profile_over_a_foreign_file", over_notes),
+        ("profile_through_a_symlink_to_the_manifest", symlink_to_manifest),
+        ("profile_through_a_hardlink_to_a_caption", hardlink_to_caption),
+        ("compare_plot_over_the_manifest", plot_over_manifest),
+        ("profile_plot_over_the_manifest", profile_plot_over_input),
+        ("profile_over_its_own_profile", over_own_profile),
+        ("profile_out_is_the_input_folder", out_is_input_dir),
+    ):
+        cases.append(Case(f"outpath/{name}", "outputs", make))
+    return cases
+
+
+# ----------------------------------------------------------------------------- class: data (silent loss, hangs)
+
+
+def _straddle_dataset(root: str) -> dict:
+    """Two-image samples whose second image straddles seq_length: skipped as image_truncated and named, and no
+    batch ever carries fewer image-pad tokens than image features."""
+    import numpy as np
+
+    from vlmdata.audit.model import IMAGE_TOKEN_ID
+    from vlmdata.loaders.api import make_loader
+
+    kw = dict(tokenizer=_tokenizer(), micro_batch_size=2, min_pixels=64 * 64, max_pixels=128 * 128, shuffle=False)
+    first = next(iter(make_loader(root, seq_length=None, **kw)))
+    pads = np.flatnonzero(first["input_ids"][0].numpy() == IMAGE_TOKEN_ID)
+    gaps = np.flatnonzero(np.diff(pads) != 1)
+    second = int(pads[gaps[0] + 1])  # the first image-pad token of the second image
+    ld = make_loader(root, seq_length=second + 4, **kw)
+    mismatched = 0
+    for b in ld:
+        n_pads = int((b["input_ids"] == IMAGE_TOKEN_ID).sum())
+        feats = int(b["visual_inputs"].image_grid_thw.prod(-1).sum()) // 4
+        mismatched += n_pads != feats
+    st = ld.stats.to_json()
+    if mismatched or st["samples"] + st["skipped"] != 6 or not st["skipped_by_reason"].get("image_truncated"):
+        raise SystemExit(f"error: {mismatched} batches with image tokens != features; {st['skipped_by_reason']}")
+    return {"skipped_by_reason": st["skipped_by_reason"]}
+
+
+def _data_cases() -> list[Case]:
+    cases = []
+    for ext in (".jfif", ".jpe", ".pjpeg", ".pjp", ".JFIF"):
+
+        def make(ctx, ext=ext):
+            src = folder(ctx, 2, extra={f"alias{ext}": jpeg(50, 40), "alias.txt": "a caption"})
+            return pipeline(ctx, src, written=3)
+
+        cases.append(Case(f"data/jpeg_suffix_{ext[1:]}", "data", make))
+
+    def parquet_nulls(ctx):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        d = ctx.root / "pq"
+        d.mkdir()
+        img = {"bytes": jpeg(50, 40), "path": None}
+        t = pa.table(
+            {
+                "image": [img, None, {"bytes": None, "path": None}, img],
+                "text": ["a cat", "a dog", "a fox", "an owl"],
+            }
+        )
+        pq.write_table(t, str(d / "d.parquet"))
+        ctx.protect(d)
+        return pipeline(ctx, str(d / "d.parquet"), written=2, reasons={"missing_image": 2})
+
+    cases.append(Case("data/parquet_null_images", "data", parquet_nulls))
+
+    def idx_flip(ctx):
+        ds = sample_copy(ctx)
+        p = Path(ds) / "shard-000001.tar.idx"
+        d = bytearray(p.read_bytes())
+        d[9] ^= 0x10
+        p.write_bytes(bytes(d))
+        return [Step("validate", ["validate", ds, "-q"], ok=(1,), check=expect_in_err())]
+
+    def stray_shard(ctx):
+        ds = sample_copy(ctx)
+        shutil.copy(Path(ds) / "shard-000000.tar", Path(ds) / "shard-000000 (copy).tar")
+        return [Step("validate", ["validate", ds, "-q"], ok=(1,))]
+
+    def sqlite_rows(ctx):
+        import sqlite3
+
+        ds = sample_copy(ctx)
+        db = sqlite3.connect(str(Path(ds) / ".nv-meta" / "index.sqlite"))
+        db.execute("UPDATE samples SET byte_offset = byte_offset + 512 WHERE sample_index = 1")
+        db.commit()
+        db.close()
+        return [Step("validate", ["validate", ds, "-q"], ok=(1,))]
+
+    def proc_source(ctx):
+        return [Step("build", ["build", "/proc/self/", "-o", ctx.out(), "-q"], ok=(2,), timeout=60)]
+
+    def links_up(ctx):
+        src = folder(ctx, 2, extra={"sub/root": lambda p: os.symlink("/", p), "sub/up": lambda p: os.symlink("..", p)})
+        return pipeline(ctx, src, written=2)
+
+    def links_up_hf(ctx):
+        d = ctx.root / "hf"
+        d.mkdir()
+        os.symlink("/", d / "root")
+        os.symlink("..", d / "up")
+        return [Step("build", ["build", str(d), "-o", ctx.out(), "-q"], ok=(2,), timeout=60)]
+
+    def straddle(ctx):
+        from vlmdata.build.builder import write_dataset
+        from vlmdata.dataset.schema import ImageInfo, Sample, user_assistant
+
+        samples = []
+        for i in range(6):  # 4 two-image samples (their second image straddles), 2 one-image ones (they fit)
+            imgs = [jpeg(128, 128, color=(i * 30, 40, 50)), jpeg(128, 128, color=(40, i * 30, 50))]
+            imgs = imgs if i < 4 else [jpeg(64, 64)]
+            s = Sample(key=f"s{i:09d}", conversation=user_assistant("compare these", "they differ", len(imgs)))
+            s.images = imgs
+            side = 128 if i < 4 else 64
+            s.image_info = [ImageInfo(f"{j}.jpg", side, side, "JPEG", len(b)) for j, b in enumerate(imgs)]
+            samples.append(s)
+        out = ctx.out("ds")
+        write_dataset(out, samples, kind="build", options={}, source={"format": "fuzz"})
+        return [Step("loader", fn=_straddle_dataset, args=(out,))]
+
+    def broken_json(kind: str, data: bytes, words: tuple):
+        def make(ctx):
+            p = _file(ctx, "data.json" if kind != "jsonl" else "data.jsonl", data)
+            return [Step("build", ["build", p, "-o", ctx.out(), "-q"], ok=(2,), check=expect_in_err(*words))]
+
+        return make
+
+    rec_json = json.dumps([rec("a.jpg")])
+    for name, make in (
+        ("tar_idx_byte_flip", idx_flip),
+        ("stray_shard_copy", stray_shard),
+        ("sqlite_row_offset", sqlite_rows),
+        ("source_in_proc", proc_source),
+        ("source_links_to_root_and_parent", links_up),
+        ("hf_folder_links_to_root", links_up_hf),
+        ("image_straddles_seq_length", straddle),
+        ("json_truncated_array", broken_json("json", rec_json[:-8].encode(), ("not valid JSON",))),
+        ("json_utf16", broken_json("json", rec_json.encode("utf-16"), ("UTF-16",))),
+        ("json_bad_byte", broken_json("json", rec_json.encode()[:20] + b"\xff" + rec_json.encode()[20:], ("UTF-8",))),
+        ("jsonl_all_bad", broken_json("jsonl", b"{nope\n[1,2]\n", ("no JSON record",))),
+    ):
+        cases.append(Case(f"data/{name}", "data", make))
+    return cases
+
+
+# ----------------------------------------------------------------------------- class: console (stdout, env, widths)
+
+
+def _main_to_full(argv: list[str]) -> dict:
+    """A command whose stdout is /dev/full: one line on stderr and exit 2, never a traceback."""
+    from vlmdata.cli.main import main
+
+    old = sys.stdout
+    sys.stdout = open("/dev/full", "w")  # noqa: SIM115 - closed below
+    try:
+        code = main(argv)
+    finally:
+        full, sys.stdout = sys.stdout, old
+        try:
+            full.close()
+        except OSError:
+            pass
+    if code != 2:
+        raise SystemExit(f"error: exit {code} with stdout on a full device, expected 2")
+    return {"code": code}
+
+
+def _console_cases() -> list[Case]:
+    cases = []
+    for v in ("1e309", "nan", "-1", "abc", "1e12", "0"):
+
+        def make(ctx, v=v):
+            return [Step("validate", ["validate", clean_dataset()], env={"VLMDATA_PROGRESS_INTERVAL": v})]
+
+        cases.append(Case(f"console/progress_interval_{v}", "console", make))
+    for argv in (["inspect", "DS"], ["validate", "DS"], ["profile", "DS", "-o", "P"]):
+
+        def make(ctx, argv=argv):
+            sub = {"DS": clean_dataset(), "P": ctx.path("p.json")}
+            return [Step("full stdout", fn=_main_to_full, args=([sub.get(a, a) for a in argv],))]
+
+        cases.append(Case(f"console/stdout_full_{argv[0]}", "console", make))
+    for cols in ("80", "40", "1", "0", "abc", "100000"):
+
+        def make(ctx, cols=cols):
+            return [Step("inspect", ["inspect", clean_dataset()], env={"COLUMNS": cols}, check=no_ellipsis)]
+
+        cases.append(Case(f"console/inspect_columns_{cols}", "console", make))
+    return cases
+
+
+# ----------------------------------------------------------------------------- class: api (public functions)
+
+
+def _api_call(name: str, kind: str) -> dict:
+    """Call a public function with a hostile argument: a VlmdataError (or a clean result) is the expected
+    outcome, anything else a traceback."""
+    import vlmdata
+    from vlmdata import BuildOptions, LoaderOptions, VlmdataError
+
+    ds = clean_dataset()
+    calls = {
+        "make_loader": {
+            "int": lambda: vlmdata.make_loader(123),
+            "none": lambda: vlmdata.make_loader(None),
+            "missing": lambda: vlmdata.make_loader("/proc/vlmdata-none/x"),
+            "empty": lambda: vlmdata.make_loader(""),
+            "empty_glob": lambda: vlmdata.make_loader("/nonexistent*/x*.tar"),
+            "dict": lambda: vlmdata.make_loader({"a": 1}),
+            "bytes": lambda: vlmdata.make_loader(b"/tmp"),
+            "list_of_ints": lambda: vlmdata.make_loader([1, 2]),
+            "seq_length_1": lambda: next(iter(vlmdata.make_loader(ds, tokenizer=_tokenizer(), seq_length=1))),
+            "seq_length_str": lambda: vlmdata.make_loader(ds, seq_length="4096"),
+            "bad_template": lambda: vlmdata.make_loader(ds, tokenizer=_tokenizer(), chat_template="{% for %}"),
+            "template_int": lambda: vlmdata.make_loader(ds, tokenizer=_tokenizer(), chat_template=5),
+            "tokenizer_str": lambda: vlmdata.make_loader(ds, tokenizer="str"),
+            "options_dict": lambda: vlmdata.make_loader(ds, {"seq_length": 5}),
+            "unknown_option": lambda: vlmdata.make_loader(ds, sequence_length=5),
+            "state_garbage": lambda: vlmdata.make_loader(ds, tokenizer=_tokenizer()).load_state_dict({"garbage": 1}),
+            "state_str": lambda: vlmdata.make_loader(ds, tokenizer=_tokenizer()).load_state_dict("x"),
+            "state_bad_epoch": lambda: vlmdata.make_loader(ds, tokenizer=_tokenizer()).load_state_dict(
+                {**vlmdata.make_loader(ds, tokenizer=_tokenizer()).state_dict(), "epoch": "x"}
+            ),
+        },
+        "options": {
+            "loader_shuffle_str": lambda: LoaderOptions(shuffle="yes"),
+            "loader_rank_str": lambda: LoaderOptions(rank="0", world_size=2),
+            "loader_max_pixels_str": lambda: LoaderOptions(max_pixels="big"),
+            "loader_model_list": lambda: LoaderOptions(model=["qwen3-vl"]),
+            "loader_seed_negative": lambda: LoaderOptions(seed=-1),
+            "build_opts_str": lambda: vlmdata.build(ds, "/proc/vlmdata-none/out", BuildOptions(max_count="5")),
+            "build_opts_fsync": lambda: vlmdata.build(ds, "/proc/vlmdata-none/out", BuildOptions(fsync="yes")),
+        },
+        "build": {
+            "dict_opts": lambda: vlmdata.build(ds, "/proc/vlmdata-none/out", {"max_count": 5}),
+            "none_out": lambda: vlmdata.build(ds, None),
+            "none_source": lambda: vlmdata.build(None, "/proc/vlmdata-none/out"),
+            "int_source": lambda: vlmdata.build(5, "/proc/vlmdata-none/out"),
+            "missing_source": lambda: vlmdata.build("/nonexistent/src", "/proc/vlmdata-none/out"),
+            "resume_str": lambda: vlmdata.build(ds, "/proc/vlmdata-none/out", resume="yes"),
+        },
+        "validate": {
+            "none": lambda: vlmdata.validate(None),
+            "int": lambda: vlmdata.validate(3),
+            "missing": lambda: vlmdata.validate("/nonexistent"),
+            "decode_str": lambda: vlmdata.validate(ds, decode="yes"),
+        },
+        "profile": {
+            "opts_str": lambda: vlmdata.profile_dataset(ds, "fast"),
+            "none": lambda: vlmdata.profile_dataset(None),
+            "missing": lambda: vlmdata.profile_dataset("/nonexistent"),
+            "cap_str": lambda: vlmdata.profile_dataset(ds, vlmdata.profile.measure.ProfileOptions(cap="x")),
+        },
+        "load_hf": {
+            "split_escape": lambda: vlmdata.load_hf(ds, split="../../etc"),
+            "split_int": lambda: vlmdata.load_hf(ds, split=3),
+            "none": lambda: vlmdata.load_hf(None),
+            "missing": lambda: vlmdata.load_hf("/nonexistent"),
+        },
+    }
+    import vlmdata.profile.measure  # noqa: F401 - the ProfileOptions above
+
+    try:
+        calls[name][kind]()
+    except VlmdataError as e:
+        return {"error": type(e).__name__, "message": str(e)[:200]}
+    return {"returned": True}
+
+
+def _api_cases() -> list[Case]:
+    names = {
+        "make_loader": (
+            "int",
+            "none",
+            "missing",
+            "empty",
+            "empty_glob",
+            "dict",
+            "bytes",
+            "list_of_ints",
+            "seq_length_1",
+            "seq_length_str",
+            "bad_template",
+            "template_int",
+            "tokenizer_str",
+            "options_dict",
+            "unknown_option",
+            "state_garbage",
+            "state_str",
+            "state_bad_epoch",
+        ),
+        "options": (
+            "loader_shuffle_str",
+            "loader_rank_str",
+            "loader_max_pixels_str",
+            "loader_model_list",
+            "loader_seed_negative",
+            "build_opts_str",
+            "build_opts_fsync",
+        ),
+        "build": ("dict_opts", "none_out", "none_source", "int_source", "missing_source", "resume_str"),
+        "validate": ("none", "int", "missing", "decode_str"),
+        "profile": ("opts_str", "none", "missing", "cap_str"),
+        "load_hf": ("split_escape", "split_int", "none", "missing"),
+    }
+
+    def must_raise(root, res):
+        d = res.data or {}
+        return ("mismatch", "the call returned instead of raising a VlmdataError") if d.get("returned") else None
+
+    cases = []
+    for name, kinds in names.items():
+        for kind in kinds:
+
+            def make(ctx, name=name, kind=kind):
+                return [Step("api", fn=_api_call, args=(name, kind), check=must_raise, timeout=90)]
+
+            cases.append(Case(f"api/{name}_{kind}", "api", make))
+    return cases
+
+
 # ----------------------------------------------------------------------------- the corpus
 
 # the fast subset the test suite runs (tests/system/test_fuzz.py): one to four cases per class, ~1 min
@@ -1603,6 +2327,28 @@ QUICK = frozenset(
         "loader/control_token_0",
         "loader/endless_epochs_empty_dataset",
         "loader/endless_epochs_all_skipped",
+        "audit/device_tpu",
+        "audit/out_under_proc",
+        "audit/step_raises",
+        "audit/step_hangs",
+        "audit/compare_nan_ms",
+        "audit/compare_fifo",
+        "audit/real_is_a_mock",
+        "leak/audit_real",
+        "leak/argparse_steps",
+        "outpath/profile_over_manifest.json",
+        "outpath/profile_over_a_caption",
+        "data/tar_idx_byte_flip",
+        "data/source_in_proc",
+        "data/image_straddles_seq_length",
+        "data/json_utf16",
+        "console/progress_interval_1e309",
+        "console/stdout_full_inspect",
+        "console/inspect_columns_80",
+        "api/make_loader_int",
+        "api/make_loader_seq_length_1",
+        "api/build_dict_opts",
+        "api/load_hf_split_escape",
     }
 )
 
@@ -1619,6 +2365,12 @@ def corpus() -> list[Case]:
         + _url_cases()
         + _option_cases()
         + _loader_cases()
+        + _audit_cases()
+        + _leak_cases()
+        + _output_path_cases()
+        + _data_cases()
+        + _console_cases()
+        + _api_cases()
     )
     for c in cases:
         c.quick = c.name in QUICK
@@ -1718,7 +2470,7 @@ def classify_step(step: Step, res: Result, root: Path) -> tuple[str, str] | None
         return "traceback", f"{step.name}: " + res.err.strip().splitlines()[-1][:200]
     code = res.code
     intended = step.kill is not None and code is not None and code < 0 and -code == step.kill[1]
-    if code is None or (code < 0 and not intended) or code not in (0, 1, 2, 3) and not intended:
+    if code is None or (code < 0 and not intended) or code not in (0, 1, 2, 3, 4) and not intended:
         return "traceback", f"{step.name}: exit {code}"
     if _leaks(res.out) or _leaks(res.err):
         return "leak", f"{step.name}: a secret in its output"

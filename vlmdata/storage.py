@@ -19,6 +19,8 @@ URL goes through fsspec:
   (a FIFO, a device such as ``/dev/zero``, a socket or a directory is refused without blocking),
   at most ``max_bytes``.
 - ``within(path, root)``: whether a path stays inside a root folder (lexically, no ``..`` escape).
+- ``check_writable(path, folder)``: an output can be written (its folder created, a probe file written and
+  removed) before any work starts, so a bad ``-o`` fails in a second, not after an hour of measuring.
 
 Credentials come only from the environment, the way each fsspec backend reads it (for S3:
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``,
@@ -62,6 +64,10 @@ class NotRegularFile(OSError):
 
 class FileTooLarge(OSError):
     """An input file is larger than the cap for its kind."""
+
+
+class NotWritable(StorageError):
+    """An output path cannot be written (a file where a folder is needed, /proc, read-only, no space)."""
 
 
 def protocol(p: str) -> str | None:
@@ -211,12 +217,36 @@ def read_regular(path: str, max_bytes: int, what: str = "file") -> bytes:
         if st.st_size > max_bytes:
             raise FileTooLarge(errno.EFBIG, f"{what} is {st.st_size} bytes, more than the limit of {max_bytes}")
         with builtins.open(fd, "rb", closefd=False) as f:
-            data = f.read(max_bytes + 1)
+            data = f.read(min(max_bytes, st.st_size) + 1)
     finally:
         os.close(fd)
     if len(data) > max_bytes:  # grew while reading
         raise FileTooLarge(errno.EFBIG, f"{what} is more than the limit of {max_bytes} bytes")
     return data
+
+
+@contextlib.contextmanager
+def open_regular(path: str, max_bytes: int, what: str = "file"):
+    """A binary file object of a local regular file of at most ``max_bytes``, for streaming: the same checks as
+    ``read_regular`` (FIFO, device, socket, directory refused without blocking; NotRegularFile / FileTooLarge),
+    then the file is read from the one descriptor that was checked. Yields ``(file, size)``."""
+    path = os.fspath(path)
+    if "\0" in path:
+        raise NotRegularFile(errno.EINVAL, "path contains a NUL byte")
+    fd = os.open(
+        path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    )
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"{what} is {_kind(st.st_mode)}, not a regular file")
+        if st.st_size > max_bytes:
+            raise FileTooLarge(errno.EFBIG, f"{what} is {st.st_size} bytes, more than the limit of {max_bytes}")
+    except BaseException:
+        os.close(fd)
+        raise
+    with builtins.open(fd, "rb") as f:
+        yield f, st.st_size
 
 
 def read_regular_parts(
@@ -238,7 +268,7 @@ def read_regular_parts(
             raise FileTooLarge(errno.EFBIG, f"{what} is {st.st_size} bytes, more than the limit of {max_bytes}")
         if st.st_size <= head + tail:
             with builtins.open(fd, "rb", closefd=False) as f:
-                data = f.read(max_bytes + 1)
+                data = f.read(min(max_bytes, st.st_size) + 1)
             if len(data) > max_bytes:
                 raise FileTooLarge(errno.EFBIG, f"{what} is more than the limit of {max_bytes} bytes")
             return data
@@ -274,6 +304,38 @@ def within(path: str, root: str) -> bool:
     base = os.path.normpath(os.path.abspath(root))
     p = os.path.normpath(os.path.join(base, path))
     return p == base or p.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def check_writable(path: str, folder: bool = False, what: str = "output") -> None:
+    """Raise NotWritable unless ``path`` (a file, or with ``folder`` a folder) can be written: its folder is
+    created if missing and a probe file is written there and removed. Remote URLs are not probed.
+
+    Args:
+        path: the output file or folder.
+        folder: ``path`` is a folder that files are written into.
+        what: how messages name the output.
+    """
+    path = local(os.fspath(path))
+    if is_url(path):
+        return
+    if "\0" in path or not path:
+        raise NotWritable(f"{what}: not a usable path: {path!r}")
+    where = path if folder else (os.path.dirname(os.path.abspath(path)) or ".")
+    if folder and os.path.exists(path) and not os.path.isdir(path):
+        raise NotWritable(f"{what} {path} is a file, not a folder")
+    if not folder and os.path.isdir(path):
+        raise NotWritable(f"{what} {path} is a folder, not a file")
+    try:
+        os.makedirs(where, exist_ok=True)
+        probe = os.path.join(where, f".vlmdata-write-probe-{os.getpid()}")
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            os.write(fd, b"\0")
+        finally:
+            os.close(fd)
+            os.remove(probe)
+    except OSError as e:
+        raise NotWritable(f"{what} {path}: cannot write there ({e.strerror or e})") from None
 
 
 def fs_and_path(p: str, fresh: bool = False):
@@ -546,8 +608,11 @@ __all__ = [
     "FileTooLarge",
     "NotRegularFile",
     "StorageError",
+    "NotWritable",
     "basename",
     "check_url",
+    "check_writable",
+    "open_regular",
     "read_regular",
     "read_regular_parts",
     "redact_text",

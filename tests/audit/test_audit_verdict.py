@@ -6,7 +6,7 @@ from vlmdata.audit.metrics import rate, rate_ci, ratio_ci, summarize
 from vlmdata.audit.verdict import decide, knobs, settled, stage_attribution
 
 
-def recs(step_ms, n=5, samples=2, nonpad=100, flops=1e12, wait=0.0, times=None, padding=0, total=200, loss=20):
+def recs(step_ms, n=12, samples=2, nonpad=100, flops=1e12, wait=0.0, times=None, padding=0, total=200, loss=20):
     return [
         {
             "step_ms": step_ms,
@@ -166,3 +166,78 @@ def test_decide_needs_real():
     r = runs(imagefree=recs(500.0))
     with pytest.raises(ValueError, match="real"):
         decide(r, summaries(r))
+
+
+# ----------------------------------------------------------------------------- undecided verdicts (issue 20)
+
+
+def noisy(mean_ms: float, n: int, spread: float = 0.2, seed: int = 0):
+    import random
+
+    rng = random.Random(seed)
+    return [dict(r, step_ms=mean_ms * (1 + spread * (rng.random() - 0.5))) for r in recs(0, n=n)]
+
+
+def test_too_few_steps_give_no_interval_and_an_undecided_verdict():
+    # --steps 1 used to give [2.71, 2.71] and a verdict that flipped between identical runs
+    for n in (1, 2, 4):
+        r = runs(imagefree=noisy(400.0, n, seed=1), real=noisy(1000.0, n, seed=2))
+        v = decide(r, summaries(r))
+        g = v["gaps"]["imagefree"]["samples_per_s"]
+        assert g["lo"] is None and g["hi"] is None and g["few_steps"]
+        assert v["status"] == "UNDECIDED" and v["offenders"] == []
+        assert f"imagefree undecided: {n} steps per source, too few for an interval" in v["line"]
+        assert "`max_steps`" in v["line"] and "`budget_s`" in v["line"]  # the CLI shows them as flags
+        ok, open_items = settled(r)
+        assert not ok and any("too few steps" in o for o in open_items)
+
+
+def test_an_interval_spanning_the_limit_is_undecided_not_misleading_or_ok():
+    real = noisy(1000.0, 12, spread=0.6, seed=3)
+    near = [dict(x, step_ms=x["step_ms"] / 1.1) for x in noisy(1000.0, 12, spread=0.6, seed=4)]
+    r = runs(imagefree=near, real=real)
+    v = decide(r, summaries(r))
+    g = v["gaps"]["imagefree"]["samples_per_s"]
+    assert g["lo"] < 1.10 < g["hi"]
+    assert v["status"] == "UNDECIDED" and v["states"]["imagefree"] == "undecided"
+    assert v["line"].startswith("UNDECIDED (limit 1.10x): imagefree undecided: samples/s")
+
+
+def test_offender_within_and_undecided_mocks_in_one_headline():
+    real = noisy(1000.0, 12, spread=0.02, seed=5)
+    r = runs(
+        imagefree=[dict(x, step_ms=x["step_ms"] / 2) for x in real],
+        **{"bridge-noise": [dict(x, step_ms=x["step_ms"] / 1.02) for x in real]},
+        real=real,
+    )
+    for s in r.values():
+        s["interleaved"] = True
+    v = decide(r, summaries(r))
+    assert v["states"] == {"imagefree": "offender", "bridge-noise": "within"}
+    assert v["status"] == "MISLEADING" and {o["source"] for o in v["offenders"]} == {"imagefree"}
+
+
+def test_expanded_level_widens_small_samples_only():
+    from vlmdata.audit.verdict import expanded_level
+
+    levels = [expanded_level(n) for n in (5, 10, 45, 1000)]
+    assert levels == sorted(levels, reverse=True) and levels[0] > 0.99 and abs(levels[-1] - 0.95) < 0.001
+
+
+def test_verdict_does_not_flip_on_the_bootstrap_seed():
+    real = noisy(1000.0, 8, spread=0.5, seed=6)
+    mock = [dict(x, step_ms=x["step_ms"] / 1.12) for x in noisy(1000.0, 8, spread=0.5, seed=7)]
+    r = runs(imagefree=mock, real=real)
+    statuses = {decide(r, summaries(r), seed=s)["status"] for s in range(6)}
+    assert statuses <= {"UNDECIDED", "MISLEADING"} and "OK" not in statuses
+
+
+def test_synthetic_proxy_states_and_noise_stage():
+    real = noisy(1000.0, 12, spread=0.4, seed=8)
+    r = runs(synthetic=[dict(x, step_ms=x["step_ms"] * 1.03) for x in noisy(1000.0, 12, spread=0.4, seed=9)], real=real)
+    v = decide(r, summaries(r))
+    sp = v["synthetic_proxy"]
+    assert sp["state"] == "undecided" and not sp["trustworthy"]
+    assert "synthetic as a proxy is undecided" in v["line"]
+    # inside the noise: no stage is named as the cause of synthetic's "gap"
+    assert v["attribution"]["synthetic"]["top_stage"] is None and not v["attribution"]["synthetic"]["significant"]

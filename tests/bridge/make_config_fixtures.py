@@ -48,7 +48,7 @@ modified and no value is edited after Bridge produced it):
    machine-dependent values; with a fixed cwd a regeneration is byte-identical. Nothing is created there.
 
 ``--expected FILE`` also writes, per fixture, the values ``vlmdata.audit.bridge_config.BridgeRun`` should hold, read
-from Bridge's live ``ConfigContainer`` attributes (not from the YAML), for tests/bridge/test_bridge_config.py.
+from Bridge's live ``ConfigContainer`` attributes (not from the YAML), for tests/bridge/test_bridge_run_config.py.
 """
 
 from __future__ import annotations

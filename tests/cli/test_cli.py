@@ -173,6 +173,8 @@ FREE_TEXT = {
     "threshold",
     "model",
     "image_size",
+    "model_config",  # paths, checked when read
+    "bridge_config",
 }
 
 

@@ -19,7 +19,7 @@ ENDLESS = "loader/endless_epochs_all_skipped"
 
 def test_corpus_is_large_and_covers_every_class():
     cases = fuzz.corpus()
-    assert len(cases) >= 300 and len({c.name for c in cases}) == len(cases)
+    assert len(cases) >= 500 and len({c.name for c in cases}) == len(cases)
     classes = {c.cls for c in cases}
     assert classes == {
         "images",
@@ -32,6 +32,12 @@ def test_corpus_is_large_and_covers_every_class():
         "urls",
         "options",
         "loader",
+        "audit",
+        "leaks",
+        "outputs",
+        "data",
+        "console",
+        "api",
     }
     assert all(any(c.quick for c in cases if c.cls == cls) for cls in classes)
 

@@ -7,6 +7,9 @@ real inputs and explains the throughput gap stage by stage.
 - :mod:`vlmdata.audit.model`: size presets, ``build_model``, ``model_summary``.
 - :mod:`vlmdata.audit.step`: one timed training step on a Bridge-format batch.
 - :mod:`vlmdata.audit.flops`: model FLOPs and token counts from actual shapes.
+- :mod:`vlmdata.audit.user_step`: ``--step module:function`` run so that the user's errors, exits and
+  hangs become one line.
+- :mod:`vlmdata.audit.guard`: the checks made before anything is measured (device, output folder, paths).
 
 See ``docs/reference-workload.md``.
 """

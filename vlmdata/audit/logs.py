@@ -37,7 +37,8 @@ are logged by neither, so logs are judged on samples/s and TFLOP/s; loss tokens 
 Warm-up: ``warmup`` iterations are excluded (an interval is kept when it starts at or after them);
 default the first logged interval and the first 10% of iterations, relaxed for short runs (a
 10-iteration quick run): first to the first interval only, then to nothing, with a note.  With fewer
-than two intervals on a side there is no bootstrap interval (the gaps carry ``lo = hi = None``).
+than ``verdict.MIN_INTERVAL_STEPS`` (5) intervals on a side there is no bootstrap interval (the gaps carry
+``lo = hi = None``) and the verdict is UNDECIDED.
 
 Same workload or no verdict: ``compare_logs`` raises ``WorkloadMismatch`` when the logs show a
 different global batch size, seq_length, GPU count or model (architecture fields of the dump,
@@ -46,6 +47,12 @@ the report).  Advice that assumes images (step-time variance from visual work) i
 log carries image information (vision settings in the dump, a VL model class, image fields in the
 iteration lines); ``report["workload"]["images"]`` says which evidence was found.
 
+Logs are untrusted input (``parse_log``): only a regular file is read (a FIFO, ``/dev/zero`` or a directory
+is refused without blocking), at most ``MAX_LOG_BYTES``, streamed line by line (a line longer than
+``MAX_LINE_BYTES`` is skipped and counted); numbers are checked where they are used: an elapsed time that
+is not a finite positive number, a negative or non-finite throughput, batch size, sample or token count,
+or consumed samples that go backwards make ``LogError`` naming the file and line, never a figure.
+
 ``report_content(report)`` gives what a log-comparison report shows (lines, tables, plottable
 metrics): logs carry no environment, stage times or visual-token counts, so a report of logs must
 not show those sections.
@@ -53,16 +60,31 @@ not show those sections.
 
 from __future__ import annotations
 
+import math
 import re
+from typing import Iterator
 
 import numpy as np
 
+from vlmdata import storage
 from vlmdata.audit.metrics import summarize
-from vlmdata.audit.verdict import DEFAULT_THRESHOLD, GAP_METRICS, METRIC_LABELS, decide, verdict_line
+from vlmdata.audit.verdict import (
+    DEFAULT_THRESHOLD,
+    GAP_METRICS,
+    METRIC_LABELS,
+    MIN_INTERVAL_STEPS,
+    decide,
+    verdict_line,
+)
 from vlmdata.errors import VlmdataError
 
-ITER_RE = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$")
-STEP_TIME_RE = re.compile(r"Step Time\s*:\s*([\d.]+)\s*s\s+GPU utilization:\s*([\d.]+)\s*(?:MODEL_)?TFLOP/s/GPU")
+ITER_RE = re.compile(r"iteration\s+(\d{1,15})\s*/\s*(\d{1,15})\s*\|(.*)$")
+_NUM = r"(\d{1,15}(?:\.\d*)?|\.\d+)"
+STEP_TIME_RE = re.compile(
+    r"Step Time\s*:\s*" + _NUM + r"\s*s\s+GPU utilization:\s*" + _NUM + r"\s*(?:MODEL_)?TFLOP/s/GPU"
+)
+MAX_LOG_BYTES = 4 << 30  # a log is streamed; larger files are refused (cut the part of the run to compare)
+MAX_LINE_BYTES = 1 << 20  # longer lines are skipped (counted in the notes)
 ARG_RE = re.compile(r"^\s*([A-Za-z_][\w]*)\s+\.{2,}\s+(\S.*?)\s*$")  # Megatron-LM: "  seq_length .... 4096"
 YAML_RE = re.compile(r"^(\s*)([A-Za-z_][\w]*)\s*:(?:\s+(.*?))?\s*$")  # Bridge: "  seq_length: 4096"
 WORLD_RE = re.compile(r"using world size:\s*(\d+)")
@@ -138,8 +160,48 @@ class WorkloadMismatch(LogError):
 def _num(text: str) -> float | None:
     try:
         return float(text.strip().split()[0])
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, OverflowError):
         return None
+
+
+def _lines(path: str) -> Iterator[tuple[int, str | None]]:
+    """(line number, text) of a log file; text None for a line over ``MAX_LINE_BYTES`` (skipped). LogError when
+    the path is not a regular file of at most ``MAX_LOG_BYTES``."""
+    shown = storage.redact_text(path)
+    try:
+        with storage.open_regular(path, MAX_LOG_BYTES, "the log") as (f, size):
+            left = size  # a log still being written is read up to the size it had when opened
+            no = 0
+            while left > 0:
+                raw = f.readline(min(MAX_LINE_BYTES + 1, left))
+                if not raw:
+                    break
+                left -= len(raw)
+                no += 1
+                if len(raw) > MAX_LINE_BYTES:
+                    while raw and not raw.endswith(b"\n") and left > 0:  # the rest of the long line
+                        raw = f.readline(min(1 << 20, left))
+                        left -= len(raw)
+                    yield no, None
+                    continue
+                yield no, raw.decode("utf-8", errors="replace").rstrip("\r\n")
+    except OSError as e:
+        raise LogError(f"cannot read log {shown!r}: {e.strerror or e}") from None
+
+
+def _check_fields(fields: dict, path: str, lineno: int) -> None:
+    """LogError for a number a figure would be made of that is not a measurement (module docstring)."""
+    where = f"{storage.redact_text(path)!r} line {lineno}"
+    ms = fields.get(MS_KEY)
+    if ms is not None and not (math.isfinite(ms) and ms > 0):
+        raise LogError(f"{where}: elapsed time per iteration {ms} ms is not a positive time; not a measurement")
+    for key in (TFLOPS_KEY, "global batch size", "consumed samples", *TOKEN_KEYS, *USEFUL_KEYS):
+        v = fields.get(key)
+        if v is not None and not (math.isfinite(v) and v >= 0):
+            raise LogError(f"{where}: {key} is {v}, not a count or rate; not a measurement")
+    gbs = fields.get("global batch size")
+    if gbs is not None and gbs <= 0:
+        raise LogError(f"{where}: global batch size {gbs} is not positive")
 
 
 def parse_line(line: str) -> dict | None:
@@ -176,24 +238,25 @@ def parse_log(path: str) -> dict:
     Raises:
         LogError: unreadable file, or neither iteration nor Step Time lines.
     """
-    try:
-        with open(path, errors="replace") as f:
-            text = f.read().splitlines()
-    except OSError as e:
-        raise LogError(f"cannot read log {path!r}: {e.strerror or e}") from None
     lines: list[dict] = []
     steps: list[dict] = []
     config: dict[str, str] = {}
     stack: list[tuple[int, str]] = []  # YAML sections open above the current line: (indent, key)
-    world, params, restarts, pending = None, {}, 0, None
-    for raw in text:
+    world, params, restarts, pending, long_lines = None, {}, 0, None, 0
+    for lineno, raw in _lines(path):
+        if raw is None:
+            long_lines += 1
+            continue
         m = STEP_TIME_RE.search(raw)
         if m:
-            pending = {"s": float(m.group(1)), "tflops": float(m.group(2))}
+            pending = {"s": float(m.group(1)), "tflops": float(m.group(2)), "line": lineno}
+            if not pending["s"] > 0:
+                raise LogError(f"{storage.redact_text(path)!r} line {lineno}: Step Time {m.group(1)} s is not positive")
             steps.append(pending)
             continue
         fields = parse_line(raw)
         if fields is not None:
+            _check_fields(fields, path, lineno)
             if TFLOPS_KEY not in fields and pending is not None:
                 fields[TFLOPS_KEY] = pending["tflops"]
             if MS_KEY not in fields and pending is not None:
@@ -201,6 +264,12 @@ def parse_log(path: str) -> dict:
             pending = None
             if lines and fields["iteration"] <= lines[-1]["iteration"]:
                 lines, steps, restarts = [], [], restarts + 1
+            now, before = fields.get("consumed samples"), lines[-1].get("consumed samples") if lines else None
+            if now is not None and before is not None and now < before:
+                raise LogError(
+                    f"{storage.redact_text(path)!r} line {lineno}: consumed samples {now:.0f} after {before:.0f} "
+                    "(going backwards within one run); not a measurement"
+                )
             lines.append(fields)
             continue
         if "|" in raw:
@@ -230,7 +299,7 @@ def parse_log(path: str) -> dict:
             stack = []  # any other text closes the YAML block
     if not lines and not steps:
         raise LogError(
-            f"{path!r} has no Megatron iteration lines ('iteration N/M | ... elapsed time per "
+            f"{storage.redact_text(path)!r} has no Megatron iteration lines ('iteration N/M | ... elapsed time per "
             "iteration') and no Megatron Bridge 'Step Time : ...s GPU utilization' lines"
         )
     seq = _config_int(config, "seq_length")
@@ -244,6 +313,7 @@ def parse_log(path: str) -> dict:
         "parameters": params,
         "restarts": restarts,
         "format": "iteration lines" if lines else "Bridge Step Time lines",
+        "long_lines": long_lines,
     }
 
 
@@ -265,9 +335,10 @@ def config_value(config: dict[str, str], key: str, section: str | None = None) -
 def _config_int(config: dict[str, str], key: str) -> int | None:
     v = config_value(config, key)
     try:
-        return int(float(v)) if v is not None else None
-    except ValueError:
+        f = float(v) if v is not None else None
+    except (ValueError, OverflowError):
         return None
+    return int(f) if f is not None and math.isfinite(f) and 0 < f < 2**62 else None
 
 
 def _first(fields: dict, keys) -> float | None:
@@ -363,6 +434,8 @@ def to_records(parsed: dict, warmup: int | None = None, seq_length: int | None =
     """
     lines, note = _intervals(parsed)
     notes = [note] if note else []
+    if parsed.get("long_lines"):
+        notes.append(f"{parsed['long_lines']} line(s) longer than {MAX_LINE_BYTES} bytes skipped")
     seq = parsed.get("seq_length") or seq_length  # the log's own value wins
     interval = _config_int(parsed.get("config", {}), "log_interval")
     first, last = lines[0]["iteration"], lines[-1]["iteration"]
@@ -382,10 +455,10 @@ def to_records(parsed: dict, warmup: int | None = None, seq_length: int | None =
                 f"short run: {len(lines)} logged interval(s) in all, so warm-up could not be excluded "
                 "(the figures include start-up); log more often (log_interval) or run longer"
             )
-    if records and len(records) < 2:
+    if records and len(records) < MIN_INTERVAL_STEPS:
         notes.append(
-            f"{len(records)} logged interval after warm-up: no confidence interval; "
-            "log more often (log_interval) or run longer"
+            f"{len(records)} logged interval(s) after warm-up, fewer than {MIN_INTERVAL_STEPS}: no confidence "
+            "interval (the verdict is undecided); log more often (log_interval) or run longer"
         )
     gbs = sorted({r["global_batch_size"] for r in records if r["global_batch_size"] is not None})
     info = {
@@ -504,17 +577,12 @@ def _mismatches(parsed: dict[str, dict], infos: dict[str, dict]) -> list[tuple[s
     return diffs
 
 
-def _adjust_verdict(v: dict, real: dict, images: bool, short: bool) -> dict:
-    """Log-specific corrections of ``decide``'s verdict: no interval from one interval, no VLM advice
-    without image information, and the verdict line rebuilt."""
-    if short:
-        for g in v["gaps"].values():
-            for ci in g.values():
-                if ci is not None:
-                    ci["lo"] = ci["hi"] = None
-        for o in v["offenders"]:
-            o["lo"] = o["hi"] = None
-            o["confident"] = False
+LOG_MORE = "log more intervals (run longer, or log more often: log_interval)"
+
+
+def _adjust_verdict(v: dict, real: dict, images: bool) -> dict:
+    """Log-specific corrections of ``decide``'s verdict: no VLM advice without image information, and the
+    verdict line rebuilt. (Too few logged intervals for an interval is ``decide``'s undecided.)"""
     if not images:
         for k in v["knobs"]:
             if k["knob"] == "variance":
@@ -572,9 +640,8 @@ def compare_logs(
         raise WorkloadMismatch(diffs)
     evidence = {k: image_evidence(p) for k, p in parsed.items()}
     images = any(evidence.values())
-    short = any(len(r["records"]) < 2 for r in runs.values())
     summaries = {k: v["summary"] for k, v in sources.items()}
-    verdict = _adjust_verdict(decide(runs, summaries, threshold=threshold), summaries["real"], images, short)
+    verdict = _adjust_verdict(decide(runs, summaries, threshold=threshold, more=LOG_MORE), summaries["real"], images)
     notes = [f"{k}: {n}" for k in ("mock", "real") for n in infos[k]["notes"]]
     if diffs:
         notes.append("compared although the workloads differ: " + "; ".join(f"{w} {a} vs {b}" for w, a, b in diffs))

@@ -27,7 +27,7 @@ from vlmdata.audit.run_tables import (
     summary_stage_tflops,
 )
 from vlmdata.audit.straggler_model import check_ranks, plot_stragglers
-from vlmdata.audit.verdict import GAP_METRICS, METRIC_LABELS, decide
+from vlmdata.audit.verdict import GAP_METRICS, METRIC_LABELS, decide, mock_line, proxy_line
 
 SCHEMA = "vlmdata.audit/2"
 RATE_COLUMNS = [
@@ -250,6 +250,8 @@ def stage_rows(report: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def gap_rows(verdict: dict) -> tuple[list[str], list[list[str]]]:
+    """One row per source: each gap with its interval ("too few steps" without one) and the stage that makes
+    most of the gap, named only when the gap lies beyond the noise (``verdict.stage_attribution``)."""
     head = ["source / real", *[METRIC_LABELS[m] for m in GAP_METRICS], "top stage of the gap"]
     rows = []
     for src, g in verdict["gaps"].items():
@@ -259,9 +261,18 @@ def gap_rows(verdict: dict) -> tuple[list[str], list[list[str]]]:
             cells.append(
                 "-"
                 if ci is None
-                else f"{ci['ratio']:.3f}" + (f" [{ci['lo']:.3f}, {ci['hi']:.3f}]" if ci.get("lo") is not None else "")
+                else f"{ci['ratio']:.3f}"
+                + (
+                    f" [{ci['lo']:.3f}, {ci['hi']:.3f}]"
+                    if ci.get("lo") is not None
+                    else " (too few steps)"
+                    if ci.get("few_steps")
+                    else ""
+                )
             )
-        rows.append([src, *cells, verdict["attribution"][src]["top_stage"] or "-"])
+        att = verdict["attribution"][src]
+        top = att["top_stage"] or ("- (gap within the noise)" if att.get("significant") is False else "-")
+        rows.append([src, *cells, top])
     return head, rows
 
 
@@ -474,22 +485,35 @@ def _stages_plot(plt, names, sums) -> bytes:
 
 
 def _visual_plot(plt, names, sums) -> bytes:
+    """Histogram outlines of visual tokens per sample. Paired sources (real and its twin) coincide bin for bin,
+    so real is drawn first as a wide translucent band and every other source on top with its own dash
+    pattern: no line hides another."""
     fig, ax = plt.subplots(figsize=(9, 3.8))
     allv = [v for s in sums for v in s["visual_tokens_per_sample"]]
     bins = max(min(len(set(allv)), 40), 1) if allv else 10
-    for n, s in zip(names, sums):
-        if s["visual_tokens_per_sample"]:
-            # outlines, not filled bars: paired sources coincide and would hide each other
-            ax.hist(
-                s["visual_tokens_per_sample"],
-                bins=bins,
-                range=(min(allv), max(allv) + 1),
-                histtype="step",
-                linewidth=1.8,
-                label=f"{n} (n={len(s['visual_tokens_per_sample'])})",
-            )
+    order = sorted(range(len(names)), key=lambda i: names[i] != "real")  # real first: underneath
+    dashes = ["--", ":", "-.", (0, (5, 2, 1, 2)), (0, (1, 1))]
+    k = 0
+    for i in order:
+        n, s = names[i], sums[i]
+        if not s["visual_tokens_per_sample"]:
+            continue
+        style = (
+            {"linestyle": "-", "linewidth": 5.0, "alpha": 0.35, "zorder": 1}
+            if n == "real"
+            else {"linestyle": dashes[k % len(dashes)], "linewidth": 1.8, "zorder": 2 + k}
+        )
+        k += n != "real"
+        ax.hist(
+            s["visual_tokens_per_sample"],
+            bins=bins,
+            range=(min(allv), max(allv) + 1),
+            histtype="step",
+            label=f"{n} (n={len(s['visual_tokens_per_sample'])})",
+            **style,
+        )
     ax.set_xlabel("visual tokens per sample")
-    ax.set_title("distribution of visual tokens per sample")
+    ax.set_title("distribution of visual tokens per sample (paired sources coincide: real is the wide band)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return _png(fig, plt)
@@ -617,10 +641,9 @@ def markdown(report: dict) -> str:
 def html_page(report: dict, pngs: dict[str, bytes] | None = None) -> str:
     esc = html.escape
     v = report.get("verdict")
-    colour = "#b00" if v and v["status"] == "MISLEADING" else "#070"
     body = [
         "<h1>vlmdata audit" + {"logs": " compare", "sweep": " sweep"}.get(report.get("kind") or "", "") + "</h1>",
-        f"<p style='font-size:1.2em;color:{colour}'><b>{esc(v['line'])}</b></p>" if v else "<p><i>no verdict</i></p>",
+        _headline_html(v) if v else "<p><i>no verdict</i></p>",
     ]
     body += [f"<p><b>{esc(label)}:</b> {esc(text)}</p>" for label, text in _head_lines(report)]
     for title, (head, rows) in _tables(report):
@@ -651,6 +674,31 @@ def html_page(report: dict, pngs: dict[str, bytes] | None = None) -> str:
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>vlmdata audit</title><style>{style}</style>"
         f"</head><body>{''.join(body)}</body></html>\n"
+    )
+
+
+STATUS_COLOURS = {"MISLEADING": "#b00", "UNDECIDED": "#b60", "OK": "#070"}
+PROXY_COLOURS = {"trustworthy": "#070", "not trustworthy": "#b00", "undecided": "#b60"}
+
+
+def _headline_html(v: dict) -> str:
+    """The verdict as separate lines, each in its own colour: the mocks (MISLEADING red, UNDECIDED amber, OK
+    green), synthetic as a proxy, the next knob (neutral). A verdict without those parts (a sweep's) is
+    one line in its status colour."""
+    esc = html.escape
+    if "states" not in v:
+        colour = STATUS_COLOURS.get(str(v.get("status")), "#333")
+        return f"<p style='font-size:1.2em;color:{colour}'><b>{esc(v['line'])}</b></p>"
+    lines = [(STATUS_COLOURS.get(v["status"], "#333"), mock_line(v), "1.2em")]
+    proxy = proxy_line(v)
+    if proxy:
+        state = (v.get("synthetic_proxy") or {}).get("state", "undecided")
+        lines.append((PROXY_COLOURS.get(state, "#333"), proxy[0].upper() + proxy[1:], "1.05em"))
+    if v.get("next_knob"):
+        lines.append(("#333", f"Next knob: {v['next_knob']}", "1.05em"))
+    return "".join(
+        f"<p class='verdict' style='font-size:{size};color:{colour};margin:0.3em 0'><b>{esc(text)}</b></p>"
+        for colour, text, size in lines
     )
 
 

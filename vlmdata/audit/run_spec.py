@@ -34,9 +34,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-import torch.nn.functional as F
-
 from vlmdata.errors import VlmdataError
 
 SEQ_POLICIES = ("bridge", "pad128", "max", "pack")
@@ -172,6 +169,9 @@ class RunSpec:
         multiple of 128, or at seq_length) padded further to ``padded_length`` when the step's rule asks for
         more (a TP or CP whose lcm with 16 does not divide the row length): input_ids with 0, labels with
         -100, loss_mask with 0, position ids continued (Bridge's ``padding_utils``). Packed batches pass."""
+        import torch  # torch stays out of `vlmdata audit --help`, which reads this module's constants
+        import torch.nn.functional as F
+
         if batch.get("cu_seqlens_q") is not None or self.seq_policy == "pack":
             return batch
         ids = batch["input_ids"]

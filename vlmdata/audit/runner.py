@@ -33,6 +33,7 @@ A measured **step** is one global step of Megatron Bridge's ``train_step`` on on
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import platform
@@ -48,7 +49,7 @@ from vlmdata import __version__
 from vlmdata.audit.compose import Composition, compose_record, plan
 from vlmdata.audit.config import AuditConfig, Resolved, default_real, default_workers, resolve
 from vlmdata.audit.distributed import agree_max, agree_min
-from vlmdata.audit.inputs import MOCKS, REAL, SOURCES, AuditError, Input, prepare_input, real_shards
+from vlmdata.audit.inputs import MOCKS, REAL, SOURCES, AuditError, Input, fit_seq_length, prepare_input, real_shards
 from vlmdata.audit.model import IMAGE_TOKEN_ID
 from vlmdata.audit.straggler_model import Sample, calibrate, fit_cost_model, samples_from_batch, simulate
 from vlmdata.audit.verdict import settled
@@ -58,6 +59,25 @@ from vlmdata.loaders.options import LoaderOptions
 
 __all__ = ["AuditConfig", "AuditError", "run_audit", "SOURCES", "MOCKS", "default_real", "default_workers"]
 DP_SIZES = (8, 64, 512, 4096)  # data-parallel sizes the straggler model predicts
+
+
+def fit_default_seq_length(cfg: AuditConfig, res: Resolved) -> Resolved:
+    """A seq_length nobody gave (not a flag, not the Bridge config) raised to fit the real data's longest
+    sample (``inputs.fit_seq_length``), said in the notes; a given one is never changed."""
+    if res.sources.get("seq_length") != "default":
+        return res
+    run = res.run
+    seq = fit_seq_length(
+        cfg.resolved_real(),
+        run.seq_length,
+        micro_batch_size=run.micro_batch_size,
+        seed=cfg.seed,
+        loader_options={**cfg.loader_options, "model": res.shape.loader_model},
+    )
+    if seq == run.seq_length:
+        return res
+    note = f"seq_length {seq}: the default {run.seq_length} is shorter than the real data's longest sample"
+    return dataclasses.replace(res, run=run.replace(seq_length=seq), notes=(*res.notes, note))
 
 
 def default_loader_factory() -> Callable:
@@ -288,7 +308,7 @@ class _Audit:
         self.main = dist is None or dist.is_main
         self.world = dist.world_size if dist is not None else 1
         self.device = dist.device if dist is not None else cfg.device
-        self.res = resolve(cfg, self.world)
+        self.res = fit_default_seq_length(cfg, resolve(cfg, self.world))
         self.work_dir = out_dir if (out_dir and self.main) else tempfile.mkdtemp(prefix="vlmdata-audit-")
         self.workers = (
             cfg.num_workers

@@ -30,22 +30,18 @@ gradients reduce-scattered in fp32 on the last micro-batch).
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-import time
 from dataclasses import replace
-from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from vlmdata.audit.distributed import GradAllReduce, shard_fsdp
-from vlmdata.audit.flops import count_tokens, step_flops
+from vlmdata.audit.flops import step_flops
 from vlmdata.audit.inputs import AuditError
 from vlmdata.audit.kernels import kernel_name
 from vlmdata.audit.model import IMAGE_TOKEN_ID, build_model, model_summary
 from vlmdata.audit.step import LossForward, TrainStep
+from vlmdata.audit.user_step import UserWorkload  # noqa: F401 - re-exported (the class lives in user_step)
 
 
 def _visual(batch: dict, key: str):
@@ -321,65 +317,3 @@ class GlobalStep:
 def as_global_steps(workload):
     """``workload`` if it runs global steps itself (``begin_step``/``micro``/``finish``), else a ``GlobalStep``."""
     return workload if hasattr(workload, "micro") else GlobalStep(workload)
-
-
-class UserWorkload:
-    """``--step module:function``: ``function(batch)`` runs one training step. It may return a dict with
-    ``times_ms`` (stage times, with ``total``), ``flops`` (model FLOPs of the step) and ``peak_mem_bytes``;
-    otherwise the step is timed as one block and TFLOP/s are not reported. Warming calls it once."""
-
-    def __init__(self, spec: str, device: str, options: dict | None = None):
-        self.options = dict(options or {})  # sweep values, passed to the function as keyword arguments
-        mod_name, _, fn_name = spec.partition(":")
-        if not mod_name or not fn_name:
-            raise AuditError(f"step must be module:function, got {spec!r}")
-        sys.path.insert(0, os.getcwd())
-        try:
-            fn = getattr(importlib.import_module(mod_name), fn_name)
-        except (ImportError, AttributeError) as e:
-            raise AuditError(f"cannot load step {spec!r}: {e}") from None
-        if not callable(fn):
-            raise AuditError(f"step {spec!r} is not callable")
-        self.fn, self.name, self.cuda = fn, spec, torch.device(device).type == "cuda"
-        self._last: dict = {}
-
-    def shape_items(self, batch: dict) -> frozenset:
-        return shape_items(batch)
-
-    def warm(self, batch: dict) -> None:
-        self.fn(batch, **self.options)
-        if self.cuda:
-            torch.cuda.synchronize()
-
-    def begin_step(self) -> None:
-        if self.cuda:
-            torch.cuda.reset_peak_memory_stats()
-
-    def __call__(self, batch: dict) -> dict:
-        if self.cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        ret = self.fn(batch, **self.options)
-        if self.cuda:
-            torch.cuda.synchronize()
-        ms = (time.perf_counter() - t0) * 1e3
-        self._last = ret if isinstance(ret, dict) else {}
-        times = dict(self._last.get("times_ms") or {"step": ms})
-        times.setdefault("total", ms)
-        peak = self._last.get("peak_mem_bytes", torch.cuda.max_memory_allocated() if self.cuda else None)
-        return {"times_ms": times, "wall_ms": ms, "peak_mem_bytes": peak, "loss": self._last.get("loss")}
-
-    def flops(self, batch: dict) -> dict:
-        out: dict[str, Any] = count_tokens(batch, IMAGE_TOKEN_ID)
-        out["total_flops"] = self._last.get("flops")
-        return out
-
-    def recover(self) -> None:
-        if self.cuda:
-            torch.cuda.empty_cache()
-
-    def describe(self) -> dict:
-        return {"kind": "user", "name": self.name, **({"options": self.options} if self.options else {})}
-
-    def close(self) -> None:
-        pass

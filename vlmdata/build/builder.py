@@ -112,7 +112,14 @@ class BuildOptions:
         return d
 
     def check(self) -> None:
-        """BuildError naming the first option that is out of range."""
+        """BuildError naming the first option that is out of range or of the wrong type."""
+        for name in ("format", "image_root", "image_column", "text_column"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, (str, os.PathLike)):
+                raise BuildError(f"`{name}` must be a string or None, got {type(v).__name__}")
+        for name in ("fsync", "allow_outside_root"):
+            if not isinstance(getattr(self, name), bool):
+                raise BuildError(f"`{name}` must be True or False, got {getattr(self, name)!r}")
         check_prefix(self.prefix)
         _int_at_least("max_count", self.max_count, 1)
         if self.max_size is not None:
@@ -809,6 +816,17 @@ def build(
     Raises SourceError (bad source), BuildError (bad options / output folder / output not writable),
     EngineError.
     """
+    for name, value in (("source", source), ("out", out)):
+        if not isinstance(value, (str, os.PathLike)) or not str(os.fspath(value)).strip():
+            raise BuildError(f"`{name}` must be a path or URL, got {value!r}"[:200])
+    if opts is not None and not isinstance(opts, BuildOptions):
+        raise BuildError(f"`opts` must be a BuildOptions, got {type(opts).__name__} (BuildOptions(**d) builds one)")
+    if progress is not None and not callable(progress):
+        raise BuildError(f"`progress` must be a callable or None, got {type(progress).__name__}")
+    for name, flag in (("resume", resume), ("overwrite", overwrite), ("energon", energon)):
+        if not isinstance(flag, bool):
+            raise BuildError(f"`{name}` must be True or False, got {flag!r}")
+    source, out = str(os.fspath(source)), str(os.fspath(out))
     opts = opts or BuildOptions()
     opts.check()
     if resume and overwrite:

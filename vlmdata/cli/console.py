@@ -18,11 +18,25 @@ and the total while it runs):
 - ``quiet``: nothing. Quiet hides progress only; commands always print their verdict and summary.
 
 Progress goes to stderr so that stdout carries only results (tables, ``--json``).
+
+Output contract (``guarded_streams``, which ``vlmdata.cli.main`` wraps every command in):
+
+- every byte written to stdout or stderr is scrubbed of secrets first (``storage.redact_text``: URL
+  credentials, signed-URL parameters, credential environment variables), whoever writes it (a command, a
+  wrapper message echoing a raw argument, argparse, a warning, a traceback);
+- a stream that cannot be written (``> /dev/full``, a closed pipe) raises ``OutputError`` / ``BrokenPipeError``,
+  which ``main`` turns into one line (or silence for a closed pipe) instead of a traceback.
+
+Tables (``out.print(table)`` on this module's consoles): headers and values are never cut. A table that fits
+the width is printed as is; off a terminal the width is ``$COLUMNS`` when set, else unlimited (``| cat``, CI
+logs get the whole table); a table wider than the width (a narrow terminal, ``COLUMNS=80``) is printed as
+one block per row, ``header: value`` per line. Text off a terminal is not re-wrapped.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -32,23 +46,160 @@ from typing import IO, Callable, Iterable, Iterator
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from vlmdata.errors import VlmdataError
+from vlmdata.storage import redact_text
 
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
-
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_MISLEADING = 0, 1, 2, 3
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_MISLEADING, EXIT_UNDECIDED = 0, 1, 2, 3, 4
 DEFAULT_INTERVAL_S = 10.0
+MAX_INTERVAL_S = 86400.0
 
 
 class UserError(VlmdataError):
     """A mistake in the user's input: printed as one line, exit code 2, no traceback."""
 
 
+class OutputError(VlmdataError):
+    """stdout or stderr cannot be written (a full disk, a device that refuses writes): one line, exit 2."""
+
+
+# ----------------------------------------------------------------------------- guarded streams
+
+
+class GuardedStream:
+    """A text stream that scrubs every write with ``storage.redact_text`` and reports its own OS errors as
+    ``OutputError`` (a closed pipe stays ``BrokenPipeError``); everything else is the wrapped stream's."""
+
+    def __init__(self, stream, name: str):
+        self.stream, self.name = stream, name
+
+    def write(self, text: str) -> int:
+        try:
+            self.stream.write(redact_text(text) if text else text)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise OutputError(f"cannot write to {self.name}: {e.strerror or e}") from None
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise OutputError(f"cannot write to {self.name}: {e.strerror or e}") from None
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+@contextmanager
+def guarded_streams() -> Iterator[None]:
+    """Run a block with ``sys.stdout`` and ``sys.stderr`` wrapped in ``GuardedStream`` (restored after)."""
+    old = sys.stdout, sys.stderr
+    sys.stdout = old[0] if isinstance(old[0], GuardedStream) else GuardedStream(old[0], "stdout")
+    sys.stderr = old[1] if isinstance(old[1], GuardedStream) else GuardedStream(old[1], "stderr")
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = old
+
+
+def silence(stream) -> None:
+    """Point a stream that cannot be written at /dev/null, so its buffered text can be flushed at exit
+    (Python would otherwise print 'Exception ignored ...' and exit 120)."""
+    try:
+        fd = stream.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+# ----------------------------------------------------------------------------- consoles
+
+
+def _plain(console: Console, cell) -> str:
+    if isinstance(cell, str):
+        return console.render_str(cell).plain
+    return cell.plain if isinstance(cell, Text) else str(cell)
+
+
+class WholeConsole(Console):
+    """A rich Console whose tables keep every header and value (module docstring: Tables)."""
+
+    def available_width(self) -> int | None:
+        """Columns to fit: ``$COLUMNS`` when set, else the terminal's; None (unlimited) off a terminal."""
+        cols = os.environ.get("COLUMNS", "").strip()
+        if cols.isdigit() and int(cols) > 0:
+            return int(cols)
+        return self.width if self.is_terminal else None
+
+    def print(self, *objects, **kw) -> None:  # noqa: D102 - rich's signature
+        if not any(isinstance(o, Table) for o in objects):
+            if not self.is_terminal:
+                kw.setdefault("soft_wrap", True)  # a log or a pipe: no re-wrapping
+            super().print(*objects, **kw)
+            return
+        for o in objects:
+            if isinstance(o, Table):
+                self.print_table(o)
+            else:
+                self.print(o, **kw)
+
+    def print_table(self, t: Table) -> None:
+        """The whole table at its natural width when that fits, else one block per row."""
+        natural = Measurement.get(self, self.options.update(width=1 << 16), t).maximum
+        avail = self.available_width()
+        if avail is None or natural <= avail:
+            old = self._width
+            self.width = max(natural, 1)
+            try:
+                super().print(t)
+            finally:
+                self._width = old
+            return
+        self.print_rows(t)
+
+    def print_rows(self, t: Table) -> None:
+        """One block per row: the first cell, then ``header: value`` lines (``key: value`` without headers)."""
+        lines: list[str] = []
+        if t.title:
+            lines.append(_plain(self, t.title))
+        cols = [[_plain(self, c) for c in col.cells] for col in t.columns]
+        heads = [_plain(self, col.header) for col in t.columns]
+        for r in range(t.row_count):
+            cells = [col[r] if r < len(col) else "" for col in cols]
+            if not t.show_header:
+                lines.append("  " + (f"{cells[0]}: " if len(cells) > 1 else "") + "  ".join(cells[1:] or cells))
+                continue
+            lines.append(f"  {heads[0]}: {cells[0]}" if heads[0] else f"  {cells[0]}")
+            lines += [f"    {h or '-'}: {v}" for h, v in zip(heads[1:], cells[1:])]
+        if t.caption:
+            lines.append(_plain(self, t.caption))
+        for line in lines:
+            super().print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+err = WholeConsole(stderr=True, highlight=False)
+out = WholeConsole(highlight=False)
+
+
 def fail(message: str) -> int:
-    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    """Print ``error: message`` (secrets scrubbed) on stderr; returns the usage exit code."""
+    try:
+        err.print(f"[bold red]error:[/] {redact_text(message)}", soft_wrap=True)
+    except (OSError, OutputError):
+        pass  # stderr itself cannot be written: the exit code still says it
     return EXIT_USAGE
 
 
@@ -125,10 +276,12 @@ def interactive() -> bool:
 
 
 def _interval() -> float:
+    """``$VLMDATA_PROGRESS_INTERVAL`` when it is a number of seconds in [0, 86400], else the default (10)."""
     try:
-        return max(float(os.environ.get("VLMDATA_PROGRESS_INTERVAL", DEFAULT_INTERVAL_S)), 0.0)
+        v = float(os.environ.get("VLMDATA_PROGRESS_INTERVAL", DEFAULT_INTERVAL_S))
     except ValueError:
         return DEFAULT_INTERVAL_S
+    return v if math.isfinite(v) and 0.0 <= v <= MAX_INTERVAL_S else DEFAULT_INTERVAL_S
 
 
 @contextmanager
@@ -165,7 +318,9 @@ def progress(
         with _rich_bar(adv) as a:
             yield a
         return
-    with _plain_lines(adv, stream or sys.stderr, _interval() if interval is None else interval) as a:
+    iv = _interval() if interval is None else interval
+    iv = min(iv, MAX_INTERVAL_S) if math.isfinite(iv) and iv >= 0 else DEFAULT_INTERVAL_S
+    with _plain_lines(adv, stream or sys.stderr, iv) as a:
         yield a
 
 
@@ -174,12 +329,19 @@ def _plain_lines(adv: Advance, stream: IO[str], interval: float) -> Iterator[Adv
     lock = threading.Lock()
     last = [time.monotonic()]
     printed = [False]
+    broken = [False]
 
     def emit(done: bool = False) -> None:
         with lock:
-            stream.write(adv.line(done) + "\n")
-            stream.flush()
             last[0] = time.monotonic()
+            if broken[0]:
+                return
+            try:
+                stream.write(adv.line(done) + "\n")
+                stream.flush()
+            except (OSError, ValueError, OutputError):  # stderr full or closed: progress stops, the work goes on
+                broken[0] = True
+                return
             printed[0] = True
 
     def on_change() -> None:

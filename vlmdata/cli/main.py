@@ -8,7 +8,11 @@ Errors: a mistyped option prints the usage of the (sub)command it was given to, 
 one; an invalid choice suggests the closest valid one.
 
 Exit codes: 0 success, 1 a check failed (validate, compare), 2 usage or input error,
-3 the audit found a misleading benchmark.
+3 the audit found a misleading benchmark, 4 the audit could not decide (its intervals span a limit).
+
+Every command runs inside ``console.guarded_streams()`` (every byte written is scrubbed of secrets; a
+stdout that cannot be written is one line, not a traceback) and ``storage.redacting()`` (an exception
+that escapes anyway carries no secret).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from rich.markup import escape
 
 from vlmdata import __version__, storage
 from vlmdata.cli.args import cli_flags
-from vlmdata.cli.console import EXIT_USAGE, UserError, fail
+from vlmdata.cli.console import EXIT_USAGE, OutputError, UserError, fail, guarded_streams, silence
 from vlmdata.errors import VlmdataError
 
 # name -> one-line summary for `vlmdata --help` (each module's add_parser gives the same text as help=)
@@ -51,6 +55,10 @@ class Parser(argparse.ArgumentParser):
         if extras and not self.top_level:
             self.error("unrecognized arguments: " + " ".join(extras) + _suggest_options(self, extras))
         return ns, extras
+
+    def error(self, message: str):
+        """argparse's usage error (exit 2), its text scrubbed of secrets: it echoes the raw argument."""
+        super().error(storage.redact_text(message))
 
     def _check_value(self, action, value):
         if action.choices is not None and value not in action.choices:
@@ -85,7 +93,8 @@ def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         prog="vlmdata",
         description=(
             "Real, synthetic and mock multimodal data for honest VLM throughput benchmarks in Megatron Bridge.\n"
-            "Exit codes: 0 ok, 1 check failed, 2 usage/input error, 3 misleading benchmark (audit).\n"
+            "Exit codes: 0 ok, 1 check failed, 2 usage/input error, 3 misleading benchmark (audit),\n"
+            "4 undecided (audit: measure longer with --max-steps / --budget-s).\n"
             "`vlmdata COMMAND --help` for a command's options."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -107,6 +116,21 @@ def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command line; returns its exit code (module docstring)."""
+    with guarded_streams():
+        try:
+            code = _main(argv)
+            sys.stdout.flush()  # a full stdout shows here, inside the guard, not at interpreter exit
+            return code
+        except BrokenPipeError:  # the reader stopped reading (`| head`): not an error of this command
+            silence(sys.stdout)
+            return 0
+        except OutputError as e:
+            silence(sys.stdout)
+            return fail(str(e))
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     p = parser(argv)
     args = p.parse_args(argv)
@@ -114,13 +138,19 @@ def main(argv: list[str] | None = None) -> int:
         p.print_help()
         return EXIT_USAGE
     try:
-        return int(args._run(args) or 0)
+        with storage.redacting():
+            return int(args._run(args) or 0)
+    except (BrokenPipeError, OutputError):
+        raise
     except UserError as e:  # already worded for the command line by the command
         return fail(str(e))
     except VlmdataError as e:  # every other user-facing error, caught here once: parameters shown as flags
         return fail(escape(cli_flags(storage.redact_text(e), getattr(args, "_param_flags", None))))
     except KeyboardInterrupt:
         return fail("interrupted")
+    except OSError as e:  # the environment, not the input: a full disk or a vanished file while writing results
+        where = f"{e.filename}: " if e.filename else ""
+        return fail(escape(f"{where}{e.strerror or e}"))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 ``dataset.yaml`` and ``vlmdata_loader.py`` (the ``sample_loader`` Energon imports and runs) and returns
 what the manifest records about them (``energon_record``): the sha256 of the loader and of ``dataset.yaml``. ``check_energon`` is what
 ``vlmdata validate`` runs: ``.nv-meta`` is present and complete, its shard list and counts equal the
-manifest's, the loader and ``dataset.yaml`` are byte-identical to what the build recorded (for a
+manifest's, every ``.tar.idx`` and every ``index.sqlite`` row equal what the shards give
+(``nvmeta_index.check_index``), the loader and ``dataset.yaml`` are byte-identical to what the build recorded (for a
 manifest from before the record existed: to a file some vlmdata release wrote, else a problem; the
 missing record itself is only a warning), and only then, when nothing is wrong, Energon opens the
 dataset and reads a sample through the loader (code that does not match is never executed).
@@ -20,7 +21,7 @@ import json
 import os
 import shutil
 
-from vlmdata.dataset.nvmeta_index import write_index
+from vlmdata.dataset.nvmeta_index import check_index, write_index
 
 DATASET_YAML = """\
 # Written by vlmdata. Samples are Megatron Bridge ChatML samples (conversation + imgs), no pickle.
@@ -135,6 +136,11 @@ def check_energon(root: str, manifest: dict, open_with_energon: bool = True) -> 
     except (OSError, ValueError, AttributeError, RecursionError):
         if ".info.json" not in missing:
             problems.append(".nv-meta/.info.json is unreadable")
+    if not missing and not missing_idx:  # the index is what the shards give, byte for byte and row for row
+        try:
+            problems += check_index(root, [s["name"] for s in manifest["shards"]])
+        except (OSError, ValueError) as e:
+            problems.append(f"the Energon index cannot be checked: {e}")
     loader_ok = _check_file(
         os.path.join(meta, LOADER_NAME),
         record,

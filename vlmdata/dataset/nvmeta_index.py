@@ -21,6 +21,9 @@ shards in the order given:
 Member names are split into sample key and part with Energon's own rules (``SPLIT_NAME_RE``,
 ``SKIP_META_RE``). File modes follow Energon's (index files: the shard's mode plus owner read/write).
 ``scan_layout`` reads a shard's layout from its headers alone (a resumed build's earlier shards).
+``check_index`` is validate's check that the index on disk is the one the shards give: every ``.tar.idx``
+byte for byte, and every row of ``index.sqlite``'s two tables (a flipped byte that Energon would read as a
+wrong offset is a problem, not a pass).
 tests/dataset/test_nvmeta_index.py compares every file byte for byte against the installed megatron-energon's.
 """
 
@@ -250,6 +253,75 @@ def write_index(
     }
     _write_text(os.path.join(meta, "split.yaml"), _split_yaml(split), file_mode)
     return counts
+
+
+def _expected(root: str, names: list[str]) -> Iterator[tuple[str, bytes, list, list]]:
+    """(shard name, its .tar.idx bytes, its sample rows, its part rows) as ``write_index`` writes them."""
+    for tar_id, name in enumerate(names):
+        samples: list = []
+        parts: list = []
+        offsets: list[int] = []
+        for kind, row in _items(tar_id, scan_layout(os.path.join(root, name))):
+            if kind == "p":
+                parts.append(row)
+            elif kind == "s":
+                samples.append(row)
+            else:
+                offsets = row[1]
+        yield name, struct.pack(f"{len(offsets)}Q", *offsets), samples, parts
+
+
+def check_index(root: str, names: list[str]) -> list[str]:
+    """Problems of the Energon index of ``names`` (shards in manifest order) under ``root``: a ``.tar.idx`` or an
+    ``index.sqlite`` row that differs from what the shards give (module docstring). Empty when it matches."""
+    problems: list[str] = []
+    db_path = os.path.join(root, META, "index.sqlite")
+    try:
+        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    except sqlite3.Error as e:
+        return [f"{META}/index.sqlite cannot be opened ({e})"]
+    try:
+        verdict = [r[0] for r in db.execute("PRAGMA integrity_check(5)")]
+        if verdict != ["ok"]:
+            problems.append(f"{META}/index.sqlite is damaged (sqlite integrity check: {'; '.join(verdict)[:160]})")
+            return problems
+        got_samples = db.execute(
+            "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples "
+            "ORDER BY tar_file_id, sample_index"
+        )
+        got_parts = db.execute(
+            "SELECT tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size FROM sample_parts "
+            "ORDER BY tar_file_id, sample_index, content_byte_offset"
+        )
+        bad_rows: set[str] = set()
+        for name, idx, samples, parts in _expected(root, names):
+            try:
+                with open(os.path.join(root, name + ".idx"), "rb") as f:
+                    on_disk = f.read(len(idx) + 1)
+            except OSError:
+                on_disk = None  # reported as missing by the caller
+            if on_disk is not None and on_disk != idx:
+                problems.append(
+                    f"{name}.idx does not match the shard (Energon would read wrong sample offsets): rebuild the "
+                    "dataset, or re-index it"
+                )
+            if [tuple(r) for r in got_samples.fetchmany(len(samples))] != samples:
+                bad_rows.add(name)
+            if [tuple(r) for r in got_parts.fetchmany(len(parts))] != parts:
+                bad_rows.add(name)
+        if got_samples.fetchone() is not None or got_parts.fetchone() is not None:
+            problems.append(f"{META}/index.sqlite has rows for samples the shards do not hold")
+        if bad_rows:
+            problems.append(
+                f"{META}/index.sqlite rows differ from the shards for {', '.join(sorted(bad_rows)[:3])}"
+                + (" ..." if len(bad_rows) > 3 else "")
+                + " (Energon would read wrong samples): rebuild the dataset, or re-index it"
+            )
+    except (sqlite3.Error, OSError, ValueError) as e:
+        problems.append(f"{META}/index.sqlite is unreadable ({type(e).__name__}: {str(e)[:120]})")
+    finally:
+        db.close()
+    return problems
 
 
 def _braceexpand_simple(pattern: str) -> list[str]:

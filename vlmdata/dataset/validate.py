@@ -11,8 +11,11 @@ What is checked (a problem makes the report fail; a warning does not):
   default build, so a default build always passes its own validate), or "full" (``decode=True``:
   every pixel decoded) / "header" (``decode=False``); an image with an EXIF orientation is a warning
   (readers disagree on it);
+- no ``.tar`` file in the dataset folder is missing from the manifest (a stray copy such as
+  ``shard-000000 (1).tar`` is read by every ``glob("*.tar")`` reader, the README's webdataset recipe
+  included: extra samples the manifest does not count);
 - ``.nv-meta`` (``energon.check_energon``): present and complete, its shard list equal to the
-  manifest's, the sample loader and dataset.yaml byte-identical to what the manifest records, and
+  manifest's, every ``.tar.idx`` and ``index.sqlite`` row equal to what the shards give, the sample loader and dataset.yaml byte-identical to what the manifest records, and
   Energon opens the dataset and reads a sample (only once all of that holds). A manifest from before
   the loader hash was recorded gives a warning, not a failure, when the loader is one vlmdata wrote.
 
@@ -33,6 +36,7 @@ from vlmdata.dataset.manifest import ManifestError, load_manifest, shard_keys
 from vlmdata.dataset.nvmeta import check_energon
 from vlmdata.dataset.schema import BadJSON, check_meta, loads, safe_label
 from vlmdata.dataset.tar import TarReadError, iter_raw_samples
+from vlmdata.errors import OptionsError
 
 
 @dataclass
@@ -175,8 +179,16 @@ def validate(
         A ValidationReport (``ok`` when there is no problem). Raises ManifestError when there is no usable
         manifest, OSError/StorageError when the dataset cannot be read at all.
     """
+    if not isinstance(root, (str, os.PathLike)) or not str(os.fspath(root)).strip():
+        raise ManifestError(f"`root` must be a dataset folder, its manifest.json or a .tar shard, got {root!r}"[:200])
+    if progress is not None and not callable(progress):
+        raise OptionsError(f"`progress` must be a callable or None, got {type(progress).__name__}")
+    if decode is not None and not isinstance(decode, bool):
+        raise OptionsError(f"`decode` must be None, True or False, got {decode!r}")
+    if not isinstance(energon, bool):
+        raise OptionsError(f"`energon` must be True or False, got {energon!r}")
     try:
-        root = storage.local(root)
+        root = storage.local(str(os.fspath(root)))
     except storage.CredentialsInURL as e:
         raise ManifestError(str(e)) from None
     if not storage.is_url(root) and root.endswith(".tar") and os.path.isfile(root):
@@ -219,6 +231,7 @@ def validate(
         elif want is not None and keys != want and len(keys) == len(want):
             rep.problems.append(Problem(name, "", "sample keys differ from the manifest's key list"))
     _check_totals(manifest, rep)
+    _check_strays(root, manifest, present, rep)
     if "energon" not in manifest:
         rep.warnings.append(
             Problem(
@@ -250,6 +263,21 @@ def _check_totals(manifest: dict, rep: ValidationReport) -> None:
         rep.problems.append(Problem("-", "", f"accounting says {acc['written']} written, totals say {t['samples']}"))
     if "images" in t and rep.images != t["images"] and not any(p.problem == "shard file missing" for p in rep.problems):
         rep.problems.append(Problem("-", "", f"{rep.images} images in shards, manifest totals say {t['images']}"))
+
+
+def _check_strays(root: str, manifest: dict, present, rep: ValidationReport) -> None:
+    """A ``.tar`` beside the manifest's shards that the manifest does not list is a problem (module docstring)."""
+    names = present if present is not None else {storage.basename(p) for p in storage.ls(root)}
+    listed = {s["name"] for s in manifest["shards"]}
+    for name in sorted(n for n in names if n.endswith(".tar") and n not in listed):
+        rep.problems.append(
+            Problem(
+                safe_label(name, 200),
+                "",
+                "a .tar the manifest does not list: glob('*.tar') readers (webdataset, the README's recipe) read "
+                "its samples too; remove it or move it out of the dataset folder",
+            )
+        )
 
 
 def _check_nv_meta(root: str, manifest: dict, remote: bool, present, rep: ValidationReport) -> None:

@@ -14,11 +14,13 @@ sample JSON; ``vlmdata validate`` warns about oriented images in datasets built 
 from __future__ import annotations
 
 import os
+import re
 from itertools import islice
 
 from vlmdata.dataset.manifest import load_manifest, shard_paths
 from vlmdata.dataset.schema import BadJSON, loads
 from vlmdata.dataset.tar import TarReadError, iter_shard
+from vlmdata.errors import VlmdataError
 
 
 def hf_features(root: str, probe_samples: int = 64):
@@ -50,10 +52,35 @@ def hf_features(root: str, probe_samples: int = 64):
     return features
 
 
+class HFLoadError(VlmdataError, ValueError):
+    """``load_hf`` cannot read the dataset as asked (a bad split name, not a dataset)."""
+
+
+SPLIT_RE = re.compile(r"^\w+(\.\w+)*$")  # what ``datasets`` accepts as a split name
+
+
 def load_hf(root: str, split: str = "train"):
+    """The dataset as a Hugging Face ``datasets.Dataset`` (the webdataset loader with ``hf_features``).
+
+    Args:
+        root: a vlmdata dataset folder (or its manifest.json).
+        split: the split name to give it (letters, digits, ``_``, dotted parts: what ``datasets`` accepts).
+
+    Returns:
+        The ``datasets.Dataset``. Raises ``ManifestError`` (not a dataset) or ``HFLoadError`` (a bad split).
+    """
+    if not isinstance(root, (str, os.PathLike)) or not str(os.fspath(root)).strip():
+        raise HFLoadError(f"`root` must be a vlmdata dataset folder, got {root!r}"[:200])
+    if not isinstance(split, str) or not SPLIT_RE.match(split):
+        raise HFLoadError(
+            f"`split` must be a name of letters, digits and '_' (dotted parts allowed), got {split!r}"[:200]
+        )
     import datasets
 
+    root = str(os.fspath(root))
     files = [p for p in shard_paths(root)]
+    if not files:
+        raise HFLoadError(f"{root}: the dataset has no shards, so there is nothing to load")
     return datasets.load_dataset("webdataset", data_files={split: files}, split=split, features=hf_features(root))
 
 

@@ -13,9 +13,12 @@ See docs/loaders.md for the guarantees.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 
 from vlmdata.dataset.reader import (
@@ -29,14 +32,14 @@ from vlmdata.dataset.reader import (
 )
 from vlmdata.dataset.resolve import open_dataset
 from vlmdata.dataset.schema import Sample
-from vlmdata.errors import OptionsError
+from vlmdata.errors import OptionsError, VlmdataError
 from vlmdata.loaders.collate import Collator, Processed
 from vlmdata.loaders.device_images import defer_image, finish_batch
 from vlmdata.loaders.options import IMAGE_MODES, LoaderOptions
-from vlmdata.loaders.pipeline import Consumed, Plan, Stats, check_epoch
+from vlmdata.loaders.pipeline import Consumed, Plan, Stats, check_epoch, check_fit
 from vlmdata.loaders.pixel_rows import preprocess_rows
 from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
-from vlmdata.qwen.tokenize import ChatTokenizer
+from vlmdata.qwen.tokenize import ChatTokenizer, TokenizerArgumentError
 from vlmdata.qwen.vision import preprocess_shape
 from vlmdata.synthetic.names import IMAGEFREE, IMAGEFREE_FIXED, MOCKS
 from vlmdata.synthetic.source import MockSource, SyntheticSource
@@ -47,22 +50,51 @@ PROCESSOR_MODES = (*IMAGE_MODES, "device")  # + "device": decode left to the tra
 # ----------------------------------------------------------------------------- sources
 
 
+class LoaderSourceError(VlmdataError, ValueError):
+    """``make_loader`` cannot use its ``source``: a wrong type, nothing there, no shards in it."""
+
+
+class LoaderStateError(VlmdataError, ValueError):
+    """``load_state_dict`` was given something that is not this loader's ``state_dict()``."""
+
+
 def resolve_shards(source: str) -> list[str]:
     """The shard paths a source names (``vlmdata.dataset.resolve.open_dataset``: a dataset folder in
-    manifest order, a folder of ``*.tar``, a glob, one ``.tar``; local or fsspec URLs)."""
+    manifest order, a folder of ``*.tar``, a glob, one ``.tar``; local or fsspec URLs); LoaderSourceError
+    when it names none."""
+    if not isinstance(source, (str, os.PathLike)) or not str(os.fspath(source)).strip():
+        raise LoaderSourceError(f"`source` must be a dataset path, got {source!r}"[:200])
     ref = open_dataset(source)
     if not ref.shards and ref.kind != "dataset":  # a dataset without shards is an empty epoch, not a bad path
-        raise ValueError(f"no tar shards found for {ref.shown!r}")
+        if ref.kind == "missing":
+            raise LoaderSourceError(f"no tar shards found for {ref.shown!r}: nothing is there")
+        raise LoaderSourceError(
+            f"no tar shards found for {ref.shown!r}: it holds no .tar shards (an image folder or JSON is a build "
+            "source: `vlmdata build` it first)"
+        )
     return list(ref.shards)
 
 
+SOURCE_KINDS = (
+    "a dataset folder, a glob or a .tar (local or URL), a list of .tar paths, a profile .json, a mock name "
+    f"({', '.join((*MOCKS, IMAGEFREE_FIXED))}) or an object with get(i) -> Sample"
+)
+
+
 def open_source(source, seed: int) -> tuple[str, Any]:
-    """(kind, payload): ("shards", paths) or ("source", object with .get(i) -> Sample)."""
-    if hasattr(source, "get") and callable(source.get):
+    """(kind, payload): ("shards", paths) or ("source", object with .get(i) -> Sample); LoaderSourceError for
+    anything else (``SOURCE_KINDS``)."""
+    if hasattr(source, "get") and callable(source.get) and not isinstance(source, Mapping):
         return "source", source
     if isinstance(source, (list, tuple)):
-        return "shards", [os.fspath(p) for p in source]
-    source = os.fspath(source)
+        if not source or not all(isinstance(p, (str, os.PathLike)) and str(os.fspath(p)).strip() for p in source):
+            raise LoaderSourceError(f"`source` as a list must hold .tar paths, got {list(source)!r}"[:200])
+        return "shards", [str(os.fspath(p)) for p in source]
+    if not isinstance(source, (str, os.PathLike)) or isinstance(os.fspath(source), bytes):
+        raise LoaderSourceError(f"`source` must be {SOURCE_KINDS}; got {type(source).__name__}")
+    source = str(os.fspath(source))
+    if not source.strip():
+        raise LoaderSourceError(f"`source` is an empty path; give {SOURCE_KINDS}")
     if source in MOCKS or source == IMAGEFREE_FIXED:
         return "source", MockSource(IMAGEFREE if source == IMAGEFREE_FIXED else source, seed)
     if source.endswith(".json") and os.path.isfile(source):
@@ -91,7 +123,15 @@ class SampleProcessor:
     ``images``: "decode" (the real path), "shapes" (no decode: grids from the image headers, zero pixel
     rows; the batches' shapes and token ids equal the decoded ones), "drop" (the image-free view: image
     parts removed from the conversation, no pixels) or "device" (grids planned here, decode and
-    preprocessing left to the training device: ``vlmdata.loaders.device_images``)."""
+    preprocessing left to the training device: ``vlmdata.loaders.device_images``).
+
+    ``seq_length`` (every mode but "shapes", whose planner checks lengths itself): a row longer than it is
+    truncated to it by the collate, as Bridge's; here each such sample is checked first (``fit``): one whose
+    truncation would cut an image's visual tokens (the batch would carry fewer image-pad tokens than image
+    features: Bridge truncates the same way and its model then gets mismatched features) or remove every
+    supervised token, or any over-long row when ``packing`` (a packed row cannot be truncated), is a bad
+    sample (reasons ``image_truncated``, ``too_long``: counted and named by the loader); a text-only
+    truncation is kept and counted (``Processed.truncated``, the loader's ``stats.truncated_samples``)."""
 
     def __init__(
         self,
@@ -103,9 +143,14 @@ class SampleProcessor:
         exact_images: bool = False,
         images: str = "decode",
         image_decoder: str = "nvjpeg",
+        *,
+        seq_length: int | None = None,
+        packing: bool = False,
     ):
         if images not in PROCESSOR_MODES:
-            raise ValueError(f"images must be one of {IMAGE_MODES}, got {images!r}")
+            raise OptionsError(f"`images` must be one of {IMAGE_MODES}, got {images!r}")
+        self.seq_length = None if images == "shapes" else seq_length
+        self.packing = packing
         self.chat, self.spec = chat, get_spec(model)
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.resize, self.exact_images, self.images = resize, exact_images, images
@@ -140,7 +185,45 @@ class SampleProcessor:
             row = self.chat.tokenize(conversation, [self.chat.image_tokens(g) for g in grids])
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise BadSampleError(f"conversation unusable: {e}", key=sample.key, reason="bad_conversation") from e
-        return Processed(sample.key, row, pvs, grids, deferred)
+        cut = self.fit(row, sample.key) if self.seq_length is not None and len(row) > self.seq_length else 0
+        return Processed(sample.key, row, pvs, grids, deferred, truncated=cut)
+
+    def fit(self, row, key: str) -> int:
+        """Tokens a row longer than ``seq_length`` loses to truncation; BadSampleError when that is not a sample
+        Bridge's step can train on (class docstring)."""
+        limit = self.seq_length
+        assert limit is not None
+        n = len(row)
+        if self.packing:
+            raise BadSampleError(
+                f"needs {n} tokens, more than seq_length={limit}: a packed row cannot be truncated (Bridge raises "
+                "here); raise seq_length",
+                key=key,
+                reason="too_long",
+            )
+        pads = np.flatnonzero(np.asarray(row.mm_token_type_ids) == 1)
+        if pads.size and pads[-1] >= limit:
+            starts = np.flatnonzero(np.diff(pads, prepend=-2) != 1)  # one run of image-pad tokens per image
+            ends = np.append(starts[1:], pads.size)
+            for i, (a, b) in enumerate(zip(starts, ends)):
+                if pads[b - 1] >= limit:
+                    kept = int(np.sum(pads[a:b] < limit))
+                    raise BadSampleError(
+                        f"needs {n} tokens; truncating it to seq_length={limit} keeps {kept} of the {b - a} visual "
+                        f"tokens of image {i} (Bridge truncates the same way, and its model then gets fewer image "
+                        "tokens than image features); skipped: raise seq_length",
+                        key=key,
+                        reason="image_truncated",
+                    )
+        mask = np.asarray(row.loss_mask)
+        if mask.any() and not mask[:limit].any():
+            raise BadSampleError(
+                f"needs {n} tokens; truncating it to seq_length={limit} removes every supervised token (Bridge "
+                "raises here); skipped: raise seq_length",
+                key=key,
+                reason="too_long",
+            )
+        return n - limit
 
 
 # ----------------------------------------------------------------------------- iterable dataset
@@ -155,6 +238,7 @@ class _Meta:
     skipped: list
     keys: list
     lengths: list  # token length of each sample before any truncation to seq_length
+    truncated: list = dataclass_field(default_factory=list)  # {"key", "shard", "tokens", "cut"} of truncated samples
 
 
 class _Stream(torch.utils.data.IterableDataset):
@@ -233,9 +317,11 @@ class _Stream(torch.utils.data.IterableDataset):
         elif skipped or pending:  # tail with no batch: still report the skips and the position
             yield _Meta(worker, epoch, pos, 0, skipped, [], []), None
 
-    @staticmethod
-    def _meta(worker: int, epoch: int, pos: int, pending: list[Processed], skipped: list) -> _Meta:
-        return _Meta(worker, epoch, pos, len(pending), skipped, [p.key for p in pending], [len(p.row) for p in pending])
+    def _meta(self, worker: int, epoch: int, pos: int, pending: list[Processed], skipped: list) -> _Meta:
+        cut = [{"key": p.key, "tokens": len(p.row), "cut": p.truncated} for p in pending if p.truncated]
+        return _Meta(
+            worker, epoch, pos, len(pending), skipped, [p.key for p in pending], [len(p.row) for p in pending], cut
+        )
 
     def iter_worker(self, worker: int) -> Iterator[tuple[_Meta, dict | None]]:
         reader = ShardReader(self.payload) if self.kind == "shards" else None
@@ -334,8 +420,17 @@ class VlmLoader:
     def load_state_dict(self, state: dict) -> None:
         """Resume from ``state_dict()`` of a loader with the same source, seed, rank and world; the number
         of workers may differ: the positions not consumed are spread over this loader's workers."""
-        if not isinstance(state.get("consumed"), dict):
-            raise ValueError("state is from an older vlmdata (per-worker counts); it cannot be resumed exactly")
+        if not isinstance(state, Mapping):
+            raise LoaderStateError(
+                f"`state` must be the dict a loader's state_dict() returned, got {type(state).__name__}"
+            )
+        if isinstance(state.get("consumed"), (list, tuple)) and "epoch" in state:
+            raise LoaderStateError("state is from an older vlmdata (per-worker counts); it cannot be resumed exactly")
+        if not isinstance(state.get("consumed"), Mapping) or not {"epoch", "rank", "world", "seed"} <= set(state):
+            raise LoaderStateError(
+                "`state` is not a vlmdata loader state_dict() (it needs epoch, consumed, rank, world, seed; has "
+                f"{', '.join(map(str, list(state)[:8])) or 'nothing'})"
+            )
         for k, mine in (
             ("world", self.stream.world),
             ("rank", self.stream.rank),
@@ -343,11 +438,17 @@ class VlmLoader:
             ("rank_samples", self._rank_size()),
         ):
             if state.get(k) != mine:
-                raise ValueError(f"state was saved with {k}={state.get(k)}, this loader has {k}={mine}")
-        self.epoch = int(state["epoch"])
-        self._progress = {self.epoch: _Progress(Consumed.from_json(state["consumed"]), [0] * self._workers())}
-        for e, c in (state.get("ahead") or {}).items():
-            self._progress[int(e)] = _Progress(Consumed.from_json(c), [0] * self._workers())
+                raise LoaderStateError(f"state was saved with {k}={state.get(k)!r}, this loader has {k}={mine}")
+        try:
+            epoch = int(state["epoch"])
+            if epoch < 0:
+                raise ValueError(epoch)
+            progress = {epoch: _Progress(Consumed.from_json(state["consumed"]), [0] * self._workers())}
+            for e, c in (state.get("ahead") or {}).items():
+                progress[int(e)] = _Progress(Consumed.from_json(c), [0] * self._workers())
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as e:
+            raise LoaderStateError(f"`state` holds a malformed position ({type(e).__name__}: {e})"[:200]) from None
+        self.epoch, self._progress = epoch, progress
 
     def _rebase(self) -> None:
         """Fold per-worker counts into the bases (before a new iteration, whose workers restart)."""
@@ -359,6 +460,7 @@ class VlmLoader:
         n = self._rank_size()
         while n > 0 and self._consumed(self.epoch).prefix >= n:
             samples, skips = self._epoch_yield.pop(self.epoch, (0, []))
+            check_fit(self.epoch, samples, skips, self.stream.processor.seq_length)  # nothing fit seq_length
             if self.num_epochs is None:  # an endless loader must not spin on an epoch that yields nothing
                 check_epoch(self.epoch, samples, skips)
             self._progress.pop(self.epoch, None)
@@ -387,6 +489,7 @@ class VlmLoader:
     def _iterate(self, inline: bool) -> Iterator[dict]:
         for meta, batch in self._metas(inline):
             self.stats.skipped_samples.extend(meta.skipped)
+            self.stats.truncated_samples.extend(meta.truncated)
             samples, skips = self._epoch_yield.setdefault(meta.epoch, (0, []))
             skips.extend(meta.skipped)
             self._epoch_yield[meta.epoch] = (samples + meta.samples, skips)
@@ -457,7 +560,10 @@ def make_loader(source: Any, options: LoaderOptions | None = None, *, tokenizer=
         )
     else:
         plan = Plan("source", epoch_samples=o.epoch_samples, seed=o.seed, shuffle=o.shuffle, buffer=o.shuffle_buffer)
-    chat = ChatTokenizer(tokenizer, o.model, chat_template=o.chat_template)
+    try:
+        chat = ChatTokenizer(tokenizer, o.model, chat_template=o.chat_template)
+    except TokenizerArgumentError as e:
+        raise OptionsError(str(e)) from None
     spec = get_spec(o.model)
     collator = Collator(
         pad_token_id=chat.pad_token_id,
@@ -479,6 +585,8 @@ def make_loader(source: Any, options: LoaderOptions | None = None, *, tokenizer=
         o.exact_images,
         "device" if o.image_device is not None else o.images,
         o.image_decoder,
+        seq_length=o.seq_length,
+        packing=o.packing,
     )
     stream = _Stream(
         kind,

@@ -194,6 +194,7 @@ class Processed:
     pixel_values: list  # float32 [rows, patch_dim] arrays, or PixelRows (patchified into the batch buffer)
     grids: list[tuple[int, int, int]]
     deferred: list = field(default_factory=list)  # images left for the training device (device_images)
+    truncated: int = 0  # tokens the collate will cut (a row longer than seq_length; SampleProcessor.fit)
 
 
 class Collator:

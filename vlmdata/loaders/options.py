@@ -22,6 +22,15 @@ IMAGE_MODES = ("decode", "shapes", "drop")
 RESIZE_MODES = ("bridge", "hf")
 ON_ERROR = ("skip", "raise")
 IMAGE_DECODERS = ("nvjpeg", "pillow")  # with image_device: who decodes a JPEG (loaders.device_images)
+BOOL_FIELDS = (
+    "pad_to_max_length",
+    "packing",
+    "shuffle",
+    "exact_images",
+    "bridge_visual_inputs",
+    "drop_last",
+    "pin_memory",
+)
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,13 @@ class LoaderOptions:
         _choice("image_decoder", self.image_decoder, IMAGE_DECODERS)
         if self.image_decoder != "nvjpeg" and self.image_device is None:
             raise OptionsError(f"`image_decoder`={self.image_decoder!r} needs an `image_device` (e.g. 'cuda')")
+        for name in BOOL_FIELDS:
+            if not isinstance(getattr(self, name), bool):
+                raise OptionsError(f"`{name}` must be True or False, got {getattr(self, name)!r}")
+        for name in ("chat_template", "image_device"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, str):
+                raise OptionsError(f"`{name}` must be a string or None, got {type(v).__name__}")
         for name in (
             "micro_batch_size",
             "pad_to_multiple_of",
@@ -99,9 +115,14 @@ class LoaderOptions:
             "epoch_samples",
             "prefetch_factor",
             "min_pixels",
+            "max_pixels",
         ):
             _at_least(name, getattr(self, name), 1)
         _at_least("num_workers", self.num_workers, 0)
+        _at_least("seed", self.seed, 0)
+        for name in ("rank", "world_size"):
+            if getattr(self, name) is not None:
+                _at_least(name, getattr(self, name), 0 if name == "rank" else 1)
         if self.seq_length is not None:
             _at_least("seq_length", self.seq_length, 1)
         if self.num_epochs is not None:
@@ -133,7 +154,7 @@ def names() -> tuple[str, ...]:
 
 
 def _choice(name: str, value, allowed: tuple) -> None:
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise OptionsError(f"`{name}` must be one of {', '.join(map(repr, allowed))}, got {value!r}")
 
 

@@ -237,11 +237,13 @@ def worker_positions(n: int, worker: int, num_workers: int, consumed: Consumed |
 
 @dataclass
 class Stats:
-    """Counts a loader exposes: samples yielded, batches, skipped samples with shard, key and reason."""
+    """Counts a loader exposes: samples yielded, batches, skipped samples with shard, key and reason, and the
+    samples yielded truncated to seq_length (key, tokens, tokens cut: text only, as Bridge truncates)."""
 
     samples: int = 0
     batches: int = 0
     skipped_samples: list[dict] = field(default_factory=list)
+    truncated_samples: list[dict] = field(default_factory=list)
 
     @property
     def skipped(self) -> int:
@@ -260,7 +262,33 @@ class Stats:
             "skipped": self.skipped,
             "skipped_by_reason": self.skipped_by_reason(),
             "skipped_samples": list(self.skipped_samples),
+            "truncated": len(self.truncated_samples),
+            "truncated_samples": list(self.truncated_samples),
         }
+
+
+LENGTH_REASONS = ("too_long", "image_truncated")  # skips decided by seq_length, not by the data
+
+
+def check_fit(epoch: int, samples: int, skipped: list[dict], seq_length: int | None) -> None:
+    """Stop any loader (finite ones too) whose ``seq_length`` fits none of an epoch's samples: every sample
+    skipped as too long is the option's problem, not the data's (``make_loader(D, seq_length=1)``).
+
+    Args:
+        epoch: the epoch number.
+        samples: samples yielded in that epoch.
+        skipped: that epoch's skip records.
+        seq_length: the loader's option.
+
+    Returns:
+        None; raises EmptyEpochError naming ``seq_length`` when nothing fit."""
+    if samples or not skipped or not all(s.get("reason") in LENGTH_REASONS for s in skipped):
+        return
+    first = skipped[0]
+    raise EmptyEpochError(
+        f"`seq_length`={seq_length} fits none of the {len(skipped)} samples of epoch {epoch} (first: shard "
+        f"{first.get('shard')} key {first.get('key')}: {first.get('detail')})"
+    )
 
 
 def check_epoch(epoch: int, samples: int, skipped: list[dict]) -> None:

@@ -14,6 +14,10 @@ folder or LLaVA/messages JSON (the readers of ``vlmdata build``) and returns a p
   ``repeats`` decodes per image) on a reservoir subset of images, with the decoder named;
 - ``model``/``tokenizer``: what the token counts mean (Qwen-VL ``smart_resize`` under
   min/max pixels; text tokens of every text part without special tokens).
+
+``check_outputs(out, plot, inputs)`` runs before any profiling: the profile (and plot) can be written and
+replace nothing but an earlier profile (plot: a PNG), never an input or a dataset's file
+(``dataset.resolve.check_output``). Every parameter is type-checked (``ProfileError`` naming it).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from vlmdata import __version__ as VLMDATA_VERSION
 from vlmdata import storage
 from vlmdata.dataset.images import ImageProblem, check_image, jpeg_info
 from vlmdata.dataset.manifest import ManifestError
-from vlmdata.dataset.resolve import open_dataset
+from vlmdata.dataset.resolve import check_output, open_dataset
 from vlmdata.dataset.schema import BadJSON, conversation_problem, count_image_parts, dumps, loads, safe_label
 from vlmdata.dataset.tar import TarReadError, iter_raw_samples, iter_shard
 from vlmdata.errors import VlmdataError
@@ -80,6 +84,16 @@ class ProfileOptions:
     prompt: str = "Describe this image."
 
     def check(self) -> None:
+        for name in ("min_pixels", "max_pixels", "cap", "seed", "decode_images", "decode_repeats"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ProfileError(f"`{name}` must be an integer, got {v!r}")
+        for name in ("tokenizer", "format", "image_root"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, (str, os.PathLike)):
+                raise ProfileError(f"`{name}` must be a path or None, got {type(v).__name__}")
+        if not isinstance(self.prompt, str) or not isinstance(self.model, str):
+            raise ProfileError("`prompt` and `model` must be strings")
         if self.model not in SPECS:
             raise ProfileError(f"unknown model {self.model!r} (choose from {', '.join(MODELS)})")
         if self.min_pixels <= 0 or self.max_pixels <= 0 or self.min_pixels > self.max_pixels:
@@ -421,7 +435,22 @@ def _stats(values) -> dict:
 def profile_dataset(
     path: str, opts: ProfileOptions | None = None, *, progress: Callable[[int], None] | None = None
 ) -> dict:
-    """The profile document of the dataset or source at ``path`` (see the module docstring)."""
+    """The profile document of the dataset or source at ``path`` (see the module docstring).
+
+    Args:
+        path: a dataset folder, a shard, an image folder, a LLaVA/messages JSON(L) file or a Hugging Face dataset.
+        opts: the settings (``ProfileOptions``; the defaults when None).
+        progress: called with the number of samples read.
+
+    Returns:
+        The profile document. Raises ``ProfileError`` (or another ``VlmdataError``) for a bad input.
+    """
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ProfileError(f"`path` must be a dataset or source path, got {path!r}"[:200])
+    if progress is not None and not callable(progress):
+        raise ProfileError(f"`progress` must be a callable or None, got {type(progress).__name__}")
+    if opts is not None and not isinstance(opts, ProfileOptions):
+        raise ProfileError(f"`opts` must be a ProfileOptions, got {type(opts).__name__}")
     opts = opts or ProfileOptions()
     opts.check()
     spec = get_spec(opts.model)
@@ -572,8 +601,38 @@ def profile_dataset(
 # --------------------------------------------------------------------------- files
 
 
+def is_profile(path: str) -> bool:
+    """Whether ``path`` is an existing file holding a vlmdata profile (the one kind ``write_profile`` replaces)."""
+    try:
+        doc = json.loads(storage.read_regular(path, 1 << 30, "profile file"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and str(doc.get("schema", "")).startswith("vlmdata.profile/")
+
+
+def _is_png(path: str) -> bool:
+    try:
+        got = storage.read_regular_parts(path, 1 << 40, 8, 8, "plot file")
+    except OSError:
+        return False
+    return (got if isinstance(got, bytes) else got[0])[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def check_outputs(out: str | None, plot: str | None = None, inputs=()) -> None:
+    """Before profiling: ``out`` (and ``plot``) can be written, are none of ``inputs`` and replace only an
+    earlier profile (a PNG for ``plot``); ``OutputRefused`` / ``NotWritable`` otherwise."""
+    if out is not None:
+        check_output(out, inputs=inputs, own=is_profile, what="`out`")
+        storage.check_writable(out, what="`out`")
+    if plot is not None:
+        check_output(plot, inputs=[*inputs, out], own=_is_png, what="`plot`")
+        storage.check_writable(plot, what="`plot`")
+
+
 def write_profile(profile: dict, path: str) -> str:
-    """Write canonical compact JSON (atomic); returns its sha256."""
+    """Write canonical compact JSON (atomic); returns its sha256. An existing file at ``path`` is replaced
+    only when it is a profile (``OutputRefused`` otherwise)."""
+    check_output(path, own=is_profile, what="`out`")
     data = dumps(profile) + b"\n"
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

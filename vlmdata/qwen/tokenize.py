@@ -138,6 +138,11 @@ class TokenizedRow:
         return len(self.input_ids)
 
 
+class TokenizerArgumentError(ValueError):
+    """``ChatTokenizer`` got a tokenizer or chat template it cannot use (the loader reports it as an
+    ``OptionsError``; qwen depends on nothing of vlmdata's)."""
+
+
 class ChatTokenizer:
     """Qwen-VL ChatML rendering + tokenization + assistant-only loss mask, equal to the HF processor's
     ``apply_chat_template`` + ``__call__`` + Bridge's ``build_assistant_loss_mask`` for the Qwen templates.
@@ -159,18 +164,35 @@ class ChatTokenizer:
     ):
         if tokenizer is None:
             tokenizer = shared_tokenizer()
+        elif not callable(getattr(tokenizer, "convert_tokens_to_ids", None)):
+            raise TokenizerArgumentError(
+                f"`tokenizer` must be a Hugging Face Qwen tokenizer object (or None: the shipped one), got "
+                f"{type(tokenizer).__name__}"
+            )
+        if chat_template is not None and not isinstance(chat_template, str):
+            raise TokenizerArgumentError(
+                f"`chat_template` must be a Jinja template string, got {type(chat_template).__name__}"
+            )
         self.tokenizer = tokenizer
         self.spec = get_spec(model)
         if default_system is ChatTokenizer._UNSET:
             if chat_template is None:
                 own = getattr(tokenizer, "chat_template", None)
                 chat_template = own if isinstance(own, str) and IMAGE_PAD in own else None
-            default_system = default_system_of_template(chat_template)
+            try:  # rendered once here: a broken template fails when the loader is made, not at its first batch
+                default_system = default_system_of_template(chat_template)
+            except Exception as e:  # noqa: BLE001 - jinja2 raises TemplateSyntaxError, UndefinedError, TypeError...
+                raise TokenizerArgumentError(f"`chat_template` cannot be rendered: {type(e).__name__}: {e}") from None
         self.default_system = default_system
         tid = tokenizer.convert_tokens_to_ids
         self.im_start, self.im_end = tid("<|im_start|>"), tid("<|im_end|>")
         self.vision_start, self.vision_end, self.image_pad = tid(VISION_START), tid(VISION_END), tid(IMAGE_PAD)
         unk = getattr(tokenizer, "unk_token_id", None)
+        ids = (self.im_start, self.im_end, self.vision_start, self.vision_end, self.image_pad)
+        if any(not isinstance(i, int) or (unk is not None and i == unk) for i in ids):
+            raise TokenizerArgumentError(
+                f"`tokenizer` is not a Qwen-VL tokenizer: it lacks <|im_start|>, {VISION_START} or {IMAGE_PAD}"
+            )
         skipped = {
             int(k) for k, v in getattr(tokenizer, "added_tokens_decoder", {}).items() if str(v) in QWEN_SKIPPED_TOKENS
         }

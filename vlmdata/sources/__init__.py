@@ -13,8 +13,8 @@ import stat
 from typing import Iterator
 
 from vlmdata import storage
-from vlmdata.sources.base import SourceError, SourceItem
-from vlmdata.sources.folder import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, _walk, iter_folder, iter_folder_url
+from vlmdata.sources.base import SourceError, SourceItem, check_folder_root, walk_files
+from vlmdata.sources.folder import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, iter_folder, iter_folder_url
 from vlmdata.sources.hfdataset import is_hf_dir, iter_hf
 from vlmdata.sources.jsonrecords import iter_json_source, sniff
 
@@ -45,6 +45,7 @@ def _check_regular(path: str) -> None:
         raise SourceError(f"{path}: {e.strerror}") from None
     if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
         raise SourceError(f"{path}: not a regular file or a folder")
+    check_folder_root(path)  # nothing under /proc, /sys or /dev is a data source
 
 
 def detect_format(path: str) -> str:
@@ -145,7 +146,7 @@ def source_fingerprint(path: str, fmt: str, exclude: str | None = None) -> str:
         return h.hexdigest()
     if os.path.isdir(path):
         skip = os.path.realpath(exclude) if exclude else None
-        for rel in sorted(_walk(path), key=lambda r: r.encode("utf-8", "surrogateescape")):
+        for rel in sorted(walk_files(path), key=lambda r: r.encode("utf-8", "surrogateescape")):
             if skip and os.path.realpath(os.path.join(path, rel)).startswith(skip.rstrip(os.sep) + os.sep):
                 continue
             if fmt == "folder" and os.path.splitext(rel)[1].lower() not in (

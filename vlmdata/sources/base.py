@@ -12,14 +12,18 @@ Input safety, shared by every source (docs/RELIABILITY.md):
   the source root (the image root) unless ``allow_outside_root``: absolute paths elsewhere, ``..``
   escapes and ``file://`` URLs elsewhere are skipped as ``outside_root`` *without* touching the file
   (a skip message never tells whether a host file exists); object-storage URLs must lie under a
-  remote root; URLs with credentials are refused (``storage.check_url``).
+  remote root; URLs with credentials are refused (``storage.check_url``);
+- a local source folder is walked by ``walk_files`` only (folder sources, the parquet files of a Hugging Face
+  folder, fingerprints): directory symlinks are followed once per real directory, never to the folder itself or
+  a folder above it (``/proc/self/root`` is ``/``), never into a kernel pseudo-filesystem (``PSEUDO_ROOTS``);
+  a source inside one is refused (``check_folder_root``).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Iterator, Union
 
 from vlmdata import storage
 from vlmdata.errors import VlmdataError
@@ -29,6 +33,8 @@ ImageRef = Union[str, bytes]  # a file path, or the encoded bytes themselves
 MAX_IMAGE_BYTES = 512 * 1024 * 1024  # one image file (the default shard size: larger cannot be packed)
 MAX_SIDECAR_BYTES = 16 * 1024 * 1024  # one caption .txt / .json sidecar
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # one JSONL line
+# kernel pseudo-filesystems: never a data folder, and their links reach the whole filesystem (/proc/self/root)
+PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
 
 
 @dataclass
@@ -99,3 +105,66 @@ def confine(ref: object, root: str, allow_outside_root: bool) -> str:
     if not allow_outside_root and not storage.within(path, root):
         raise BadPath("outside_root", f"{ref}: outside the source root {root}")
     return path
+
+
+# ----------------------------------------------------------------------------- walking a local folder
+
+
+def _in_pseudo(real: str) -> str | None:
+    return next((r for r in PSEUDO_ROOTS if real == r or real.startswith(r + "/")), None)
+
+
+def check_folder_root(root: str) -> None:
+    """SourceError for a source folder inside a kernel pseudo-filesystem (``PSEUDO_ROOTS``)."""
+    real = os.path.realpath(root)
+    pseudo = _in_pseudo(real)
+    if pseudo is not None:
+        raise SourceError(f"{root}: lies in {pseudo}, a kernel pseudo-filesystem, not a folder of data")
+
+
+def walk_files(base: str) -> list[str]:
+    """Relative paths (os separators) of every file below ``base``, following directory symlinks once
+    per real directory, never to ``base`` or a folder above it, never into a pseudo-filesystem."""
+    out: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    top = os.path.realpath(base)
+    above = {top} | {p for p in _parents(top)}
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        d = os.path.join(base, rel) if rel else base
+        try:
+            st = os.stat(d)
+        except OSError:
+            continue
+        if rel and os.path.islink(d):
+            real = os.path.realpath(d)
+            if real in above or _in_pseudo(real) is not None:
+                continue  # a link up the tree or into /proc: it would walk what lies around the source
+        if (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            r = os.path.join(rel, e.name) if rel else e.name
+            try:
+                is_dir = e.is_dir(follow_symlinks=True)
+            except OSError:
+                is_dir = False
+            if is_dir:
+                stack.append(r)
+            else:
+                out.append(r)
+    return out
+
+
+def _parents(p: str) -> Iterator[str]:
+    while True:
+        up = os.path.dirname(p)
+        if up == p:
+            return
+        yield up
+        p = up

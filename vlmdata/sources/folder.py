@@ -1,9 +1,13 @@
 """A folder of images with caption sidecars: ``name.jpg`` + ``name.txt`` or ``name.json``, recursively.
 
-Every file with an image suffix is an input, in sorted relative-path order. Files with the suffix of
-an image format vlmdata does not store (``.heic``, ``.avif``, ...) are inputs too, skipped as
-``unsupported_format``, so they are counted rather than silently ignored. Directory symlinks are
-followed (each real directory once, so a symlink loop ends). File names that are not UTF-8 are kept
+Every file with an image suffix is an input, in sorted relative-path order (JPEG's other suffixes
+``.jfif``, ``.jpe``, ``.pjpeg``, ``.pjp`` included). Files with the suffix of an image format vlmdata does
+not store (``.heic``, ``.avif``, ...) are inputs too, skipped as ``unsupported_format``, so they are
+counted rather than silently ignored. Directory symlinks are followed (each real directory once, so a
+symlink loop ends), except those that lead to the source folder itself or a folder above it (``/proc/self/
+root`` is ``/``: following it would walk the whole filesystem) or into a kernel pseudo-filesystem
+(``PSEUDO_ROOTS``: ``/proc``, ``/sys``, ``/dev``); a source folder inside one of those is refused
+(``check_folder_root``). File names that are not UTF-8 are kept
 (the file is read by its real name) and shown with ``\\xNN`` escapes. Sidecars are read only when
 they are regular files of at most ``MAX_SIDECAR_BYTES``; a FIFO or a device named like a sidecar or
 an image is a skip with a reason (``storage.read_regular``), never a hang.
@@ -17,10 +21,25 @@ from typing import Iterator
 
 from vlmdata import storage
 from vlmdata.dataset.schema import BadJSON, loads, safe_label
-from vlmdata.sources.base import MAX_SIDECAR_BYTES, SourceItem
+from vlmdata.sources.base import MAX_SIDECAR_BYTES, SourceItem, check_folder_root, walk_files
 from vlmdata.sources.text import BadRecord, caption_conversation, from_turns
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
+IMAGE_SUFFIXES = {
+    ".jpg",
+    ".jpeg",
+    ".jfif",
+    ".jpe",
+    ".pjpeg",
+    ".pjp",
+    ".png",
+    ".apng",
+    ".webp",
+    ".gif",
+    ".bmp",
+    ".dib",
+    ".tif",
+    ".tiff",
+}
 # image formats seen in the wild that shards do not store: counted and skipped, never silently dropped
 UNSUPPORTED_IMAGE_SUFFIXES = {
     ".heic",
@@ -41,44 +60,51 @@ UNSUPPORTED_IMAGE_SUFFIXES = {
     ".ppm",
     ".pgm",
     ".pbm",
+    ".pnm",
+    ".pfm",
+    ".heics",
+    ".avifs",
+    ".jxr",
+    ".wdp",
+    ".hdp",
+    ".jpf",
+    ".jpx",
+    ".jpm",
+    ".j2c",
+    ".jpc",
+    ".exr",
+    ".hdr",
+    ".dds",
+    ".qoi",
+    ".pcx",
+    ".xbm",
+    ".xpm",
+    ".icns",
+    ".cur",
+    ".eps",
+    ".emf",
+    ".wmf",
+    ".xcf",
+    ".orf",
+    ".rw2",
+    ".raf",
+    ".pef",
+    ".srw",
+    ".sr2",
+    ".3fr",
+    ".crw",
+    ".cr3",
+    ".nrw",
+    ".erf",
+    ".kdc",
+    ".mrw",
+    ".x3f",
 }
 
 
-def _walk(base: str) -> list[str]:
-    """Relative paths (os separators) of every file below ``base``, following directory symlinks once
-    per real directory."""
-    out: list[str] = []
-    seen: set[tuple[int, int]] = set()
-    stack = [""]
-    while stack:
-        rel = stack.pop()
-        d = os.path.join(base, rel) if rel else base
-        try:
-            st = os.stat(d)
-        except OSError:
-            continue
-        if (st.st_dev, st.st_ino) in seen:
-            continue
-        seen.add((st.st_dev, st.st_ino))
-        try:
-            entries = list(os.scandir(d))
-        except OSError:
-            continue
-        for e in entries:
-            r = os.path.join(rel, e.name) if rel else e.name
-            try:
-                is_dir = e.is_dir(follow_symlinks=True)
-            except OSError:
-                is_dir = False
-            if is_dir:
-                stack.append(r)
-            else:
-                out.append(r)
-    return out
-
-
 def iter_folder(root: str, prompt: str) -> Iterator[SourceItem]:
-    files = _walk(root)
+    check_folder_root(root)
+    files = walk_files(root)
     rels = [r for r in files if os.path.splitext(r)[1].lower() in IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES]
     present = {r for r in files if r.endswith((".txt", ".json"))}
     rels.sort(key=lambda r: r.replace(os.sep, "/").encode("utf-8", "surrogateescape"))

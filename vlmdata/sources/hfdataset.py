@@ -2,29 +2,35 @@
 and a text or conversation column. Nothing is downloaded.
 
 Image cells hold bytes (used as they are) or file paths; a path must stay inside the dataset's folder
-unless ``allow_outside_root`` (``base.confine``). A dataset that cannot be opened, or a row that cannot
+unless ``allow_outside_root`` (``base.confine``). A null image cell (``None``, a list holding ``None``,
+a ``{"bytes": None, "path": None}`` dict), or a caption row without any image, is a ``missing_image`` skip:
+never a text-only "Describe this image." sample. A dataset that cannot be opened, or a row that cannot
 be read, is a ``SourceError`` naming the dataset (and the row)."""
 
 from __future__ import annotations
 
-import glob
 import io
 import os
 from typing import Any, Iterator, cast
 
 from vlmdata.dataset.schema import safe_label
-from vlmdata.sources.base import BadPath, SourceError, SourceItem, confine
+from vlmdata.sources.base import BadPath, SourceError, SourceItem, confine, walk_files
 from vlmdata.sources.text import BadRecord, caption_conversation, from_turns
 
 IMAGE_COLUMNS = ("image", "images", "img", "jpg", "png")
 TEXT_COLUMNS = ("conversations", "messages", "caption", "text", "answer", "txt")
 
 
+def _parquet_files(path: str) -> list[str]:
+    """Every ``*.parquet`` below a folder, sorted (``base.walk_files``: no symlink loops, nothing above it)."""
+    return sorted(os.path.join(path, r) for r in walk_files(path) if r.endswith(".parquet"))
+
+
 def is_hf_dir(path: str) -> bool:
     return os.path.isdir(path) and (
         os.path.exists(os.path.join(path, "dataset_info.json"))
         or os.path.exists(os.path.join(path, "dataset_dict.json"))
-        or bool(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True))
+        or bool(_parquet_files(path))
     )
 
 
@@ -44,7 +50,7 @@ def _open(path: str):
             ds = ds["train"]
         return ds
     else:
-        files = sorted(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True))
+        files = _parquet_files(path)
     if not files:
         raise SourceError(f"{path}: no parquet files and no save_to_disk dataset")
     return datasets.load_dataset("parquet", data_files=files, split="train")
@@ -61,7 +67,7 @@ def _image_bytes(value, root: str, allow_outside_root: bool = False) -> list[byt
             elif v.get("path"):
                 out.append(confine(v["path"], root, allow_outside_root))
             else:
-                raise BadRecord("image cell has neither bytes nor path")
+                raise BadPath("missing_image", "image cell is null (neither bytes nor path)")
         elif isinstance(v, (bytes, bytearray)):
             out.append(bytes(v))
         elif isinstance(v, str):
@@ -71,7 +77,7 @@ def _image_bytes(value, root: str, allow_outside_root: bool = False) -> list[byt
             v.save(buf, format=v.format or "PNG")
             out.append(buf.getvalue())
         elif v is None:
-            continue
+            raise BadPath("missing_image", "image cell is null")
         else:
             raise BadRecord(f"image cell of type {type(v).__name__}")
     return out
@@ -141,6 +147,8 @@ def iter_hf(
                 )
                 item.conversation = from_turns(text, len(item.images), role_key, text_key)
             elif isinstance(text, str) and text.strip():
+                if not item.images:
+                    raise BadPath("missing_image", f"column {icol} holds no image for this caption")
                 item.conversation = caption_conversation(text, prompt, len(item.images))
             else:
                 item.error = ("empty_caption", f"column {tcol} is empty")

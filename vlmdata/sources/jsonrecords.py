@@ -152,12 +152,44 @@ def iter_json_source(
         yield item
 
 
+_UTF16_32 = {
+    b"\xff\xfe\x00\x00": "UTF-32",
+    b"\x00\x00\xfe\xff": "UTF-32",
+    b"\xff\xfe": "UTF-16",
+    b"\xfe\xff": "UTF-16",
+}
+SNIFF_LINES = 1000  # JSONL lines looked at for the first record before the format is called unknown
+
+
 def sniff(path: str) -> str | None:
-    """'llava' or 'messages' from the first record of a JSON/JSONL file, else None."""
+    """'llava' or 'messages' from the first record of a JSON/JSONL file; None when the records parse but have
+    neither key. SourceError naming the real cause when the file cannot be read as JSON records: not UTF-8
+    (UTF-16 or UTF-32: say so), a JSON array that does not parse (truncated, a bad byte: the parser's
+    position), or JSONL whose first lines are none of them JSON objects (the first line's error)."""
+    shown = storage.redact(path)
     try:
-        for _, rec, _err in iter_records(path):
+        with storage.open(path, "rb") as f:
+            raw = f.read(4)
+    except OSError as e:
+        raise SourceError(f"{shown}: cannot read ({e.strerror or e})") from None
+    for bom, enc in _UTF16_32.items():
+        if raw.startswith(bom):
+            raise SourceError(
+                f"{shown}: the file is {enc} encoded; vlmdata reads UTF-8 JSON (convert it, e.g. iconv -t UTF-8)"
+            )
+    first_error = None
+    try:
+        for n, (label, rec, err) in enumerate(iter_records(path)):
             if isinstance(rec, dict):
                 return "llava" if "conversations" in rec else "messages" if "messages" in rec else None
-    except (SourceError, OSError, storage.StorageError):
-        return None
+            if first_error is None:
+                first_error = f"{label}: " + (err or f"a JSON {type(rec).__name__}, not an object (a record)")
+            if n >= SNIFF_LINES:
+                break
+    except SourceError:
+        raise  # a JSON array that does not parse: its own message says where
+    except (OSError, storage.StorageError) as e:
+        raise SourceError(f"{shown}: cannot read ({storage.redact_text(e)})") from None
+    if first_error is not None:
+        raise SourceError(f"{shown}: no JSON record found ({first_error})")
     return None

@@ -9,23 +9,39 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from vlmdata.audit.guard import check_device, check_out_dir, check_paths, check_report_dir
+from vlmdata.audit.inputs import AuditError, check_loader_options
 from vlmdata.audit.logs import LogError, WorkloadMismatch, compare_logs, report_content
 from vlmdata.cli.args import cli_flags, non_negative_int, positive_int
-from vlmdata.cli.console import EXIT_MISLEADING, EXIT_OK, UserError, err, out, print_json, progress, table
+from vlmdata.cli.console import (
+    EXIT_MISLEADING,
+    EXIT_OK,
+    EXIT_UNDECIDED,
+    UserError,
+    err,
+    out,
+    print_json,
+    progress,
+    table,
+)
 from vlmdata.errors import OptionsError
 from vlmdata.loaders.options import LoaderOptions
+from vlmdata.storage import redact_text
 
 EXIT_HELP = """exit codes:
-  0  OK: every mock source is within --threshold of real (or no verdict was asked for)
+  0  OK: every mock source is within --threshold of real (each interval below the limit), or no verdict
   3  MISLEADING: a mock source overstates real throughput (samples/s, TFLOP/s or non-pad tokens/s)
-     by more than --threshold; use it to gate a CI job or a benchmark report
+     by more than --threshold (its interval above the limit); use it to gate a CI job or a report
+  4  UNDECIDED: no mock is shown to mislead, but a mock's interval spans the limit (or too few steps
+     were measured for an interval): measure longer (--max-steps, --budget-s); a gate must not pass it
   2  usage or input error (bad option, missing shards/log, unknown source)
 Under torchrun rank 0 exits with the code (the other ranks with 0) and torchrun reports any non-zero
 worker code as its own failure (exit 1), so read the verdict from report.json or --json there."""
 
 COMPARE_EXIT_HELP = """exit codes:
-  0  OK: the mock run is within --threshold of the real run
+  0  OK: the mock run is within --threshold of the real run (its interval below the limit)
   3  MISLEADING: the mock run overstates real throughput (TFLOP/s/GPU, samples/s) by more than --threshold
+  4  UNDECIDED: the interval spans the limit, or too few logged intervals for one: log more iterations
   2  usage or input error: unreadable log, nothing to measure after warm-up, or the logs are of different
      workloads (global batch size, seq_length, GPUs, model) and --allow-mismatch was not given"""
 
@@ -77,6 +93,8 @@ def _seconds(text: str) -> float:
 
 
 def _sweep_item(text: str) -> str:
+    if redact_text(text) != text:
+        raise argparse.ArgumentTypeError("a value carries a credential or a signed URL; not accepted")
     key, sep, values = text.partition("=")
     if not sep or not key.strip() or not [v for v in values.split(",") if v.strip()]:
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=V1,V2,... (e.g. micro_batch_size=1,2,4)")
@@ -85,7 +103,7 @@ def _sweep_item(text: str) -> str:
 
 def add_parser(sub):
     # imported when the command runs: `vlmdata --help` and this command's --help stay light
-    from vlmdata.audit.config import DEVICE_DEFAULTS
+    from vlmdata.audit.defaults import DEVICE_DEFAULTS
     from vlmdata.audit.inputs import ALL_SOURCES, SOURCES
     from vlmdata.audit.model_config import PRESETS
     from vlmdata.audit.run_spec import RECOMPUTE, SEQ_POLICIES
@@ -311,7 +329,7 @@ def add_parser(sub):
             "top of the log. Drop warm-up iterations and give the audit's verdict on TFLOP/s/GPU and samples/s (and\n"
             "tokens/s when seq_length is known), per iteration. Refuses (exit 2) logs whose global batch size,\n"
             "seq_length, GPU count or model differ, unless --allow-mismatch. Short runs (a 10-iteration quick run)\n"
-            "work: with fewer than two logged intervals after warm-up there is no confidence interval."
+            "work, but with fewer than five logged intervals after warm-up there is no confidence interval: UNDECIDED."
         ),
     )
     c.add_argument("--mock", required=True, metavar="LOG", help="training log of the mock-data run")
@@ -369,7 +387,8 @@ def _loader_options(args) -> dict:
                     continue
     try:  # refused here, before anything runs: an unknown key or a bad value names the --loader-arg
         LoaderOptions().replace(**kw)
-    except OptionsError as e:
+        check_loader_options(kw)
+    except (OptionsError, AuditError) as e:
         raise UserError(f"--loader-arg: {str(e).replace('`', '')}") from None
     return kw
 
@@ -381,10 +400,9 @@ def config_from(args):
     # imported when the command runs: `vlmdata --help` and this command's --help stay light
     from vlmdata.audit.config import AuditConfig
 
-    try:
-        cuda = torch.device(args.device).type == "cuda"
-    except (RuntimeError, TypeError, ValueError):
-        raise UserError(f"--device must be cpu, cuda or cuda:N, got {args.device!r}") from None
+    check_device(args.device)  # a bad --device is one line, before anything is built
+    check_paths(real=args.real, profile=args.profile)
+    cuda = torch.device(args.device).type == "cuda"
     if cuda and not torch.cuda.is_available():
         raise UserError("--device cuda but no CUDA device is available")
     min_steps, max_steps, block = args.min_steps, args.max_steps, args.block
@@ -449,15 +467,20 @@ def run(args) -> int:
 
     # imported when the command runs: `vlmdata --help` and this command's --help stay light
     from vlmdata.audit.distributed import gather, init_distributed, shutdown
-    from vlmdata.audit.inputs import AuditError
     from vlmdata.audit.report import build_report
     from vlmdata.audit.runner import run_audit
+    from vlmdata.audit.user_step import reset_step_limit, set_step_limit
 
     cfg = config_from(args)
+    if args.out:  # before measuring: -o can be written and replaces only an earlier audit's files
+        check_out_dir(args.out, real=cfg.resolved_real(), profile=cfg.profile)
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     info = init_distributed(cfg.device)
+    step_limit = set_step_limit(
+        cfg.measure_settings()["budget_s"], hard=True
+    )  # no single --step call outlasts --budget-s
     main = info is None or info.is_main
     show_progress = main and not (args.quiet or args.json)
     try:
@@ -482,10 +505,20 @@ def run(args) -> int:
             dist.barrier()
     finally:
         shutdown(info)
-    v = report["verdict"]
+        reset_step_limit(step_limit)
     if not main:
         return EXIT_OK  # rank 0 carries the verdict; torchrun then reports its code (as 1)
-    return EXIT_MISLEADING if v and v["status"] == "MISLEADING" else EXIT_OK
+    return _exit_code(report["verdict"])
+
+
+def _colour(v: dict) -> str:
+    return {"MISLEADING": "bold red", "UNDECIDED": "bold yellow"}.get(v.get("status") or "", "bold green")
+
+
+def _exit_code(v: dict | None) -> int:
+    """0 OK (or no verdict), 3 MISLEADING, 4 UNDECIDED (EXIT_HELP)."""
+    status = (v or {}).get("status")
+    return EXIT_MISLEADING if status == "MISLEADING" else EXIT_UNDECIDED if status == "UNDECIDED" else EXIT_OK
 
 
 def _sweep(cfg, args, info, build, bar, show_progress) -> dict:
@@ -512,6 +545,8 @@ def _sweep(cfg, args, info, build, bar, show_progress) -> dict:
 
 
 def run_compare(args) -> int:
+    if args.out:  # before reading: -o can be written and never replaces a log
+        check_report_dir(args.out, [args.mock, args.real])
     try:
         report = compare_logs(
             args.mock,
@@ -552,8 +587,7 @@ def run_compare(args) -> int:
         for title, head, rows in content["tables"]:
             out.print(table(title, head, rows))
         v = report["verdict"]
-        colour = "bold red" if v["status"] == "MISLEADING" else "bold green"
-        out.print(f"[{colour}]{escape(v['line'])}[/]", soft_wrap=True)
+        out.print(f"[{_colour(v)}]{escape(cli_flags(v['line'], PARAM_FLAGS))}[/]", soft_wrap=True)
         for k in v["knobs"][:3]:
             out.print(f"  - {k['message']}", soft_wrap=True, markup=False)
         for label, text in content["lines"]:
@@ -561,7 +595,7 @@ def run_compare(args) -> int:
                 err.print(f"[yellow]note:[/] {escape(text)}", soft_wrap=True)
         if paths:
             out.print(f"report: {', '.join(paths.values())}", soft_wrap=True, markup=False)
-    return EXIT_MISLEADING if report["verdict"]["status"] == "MISLEADING" else EXIT_OK
+    return _exit_code(report["verdict"])
 
 
 def _emit(report: dict, args) -> None:
@@ -593,8 +627,7 @@ def _emit(report: dict, args) -> None:
             out.print(_table(report))
     v = report["verdict"]
     if v:
-        colour = "bold red" if v["status"] == "MISLEADING" else "bold green"
-        out.print(f"[{colour}]{v['line']}[/]", soft_wrap=True)
+        out.print(f"[{_colour(v)}]{escape(cli_flags(v['line'], PARAM_FLAGS))}[/]", soft_wrap=True)
         for k in (v.get("knobs") or [])[:3]:
             out.print(f"  - {k['message']}", soft_wrap=True, highlight=False)
     for name, st in (report.get("stragglers") or {}).items():

@@ -17,7 +17,7 @@ from vlmdata.profile.compare import (
     options_from,
     side_summary,
 )
-from vlmdata.profile.measure import ProfileOptions
+from vlmdata.profile.measure import ProfileOptions, check_outputs
 
 
 def add_parser(sub):
@@ -67,6 +67,7 @@ def run(args) -> int:
             th.set(t)
     except ValueError as e:
         raise UserError(str(e)) from None
+    check_outputs(None, args.plot, inputs=[args.a, args.b])  # before profiling: never over an input
     profiles = is_profile_file(args.a) and is_profile_file(args.b)  # nothing to profile: no progress
     with progress("compare: profiling", unit="samples", quiet=args.quiet or args.json or profiles) as advance:
         pa = pb = None

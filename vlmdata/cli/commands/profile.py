@@ -16,6 +16,7 @@ from vlmdata.profile.measure import (
     DEFAULT_DECODE_IMAGES,
     MODELS,
     ProfileOptions,
+    check_outputs,
     profile_dataset,
     write_profile,
 )
@@ -110,6 +111,7 @@ def _run(args) -> int:
         format=args.format,
         image_root=args.image_root,
     )
+    check_outputs(args.out, args.plot, inputs=[args.input])  # before profiling: never over an input
     try:
         with progress(
             "profile", total=known_samples(args.input), unit="samples", quiet=args.quiet or args.json
