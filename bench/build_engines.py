@@ -47,7 +47,7 @@ def make_input(root: str, n: int, seed: int = 0) -> int:
 
 
 def timed_build(src: str, out: str, workers: int, engine: str, energon: bool = False) -> tuple[float, dict]:
-    from vlmdata.build.builder import BuildOptions, build
+    from vlmdata.ingest import BuildOptions, build
 
     shutil.rmtree(out, ignore_errors=True)
     t = time.perf_counter()

@@ -765,7 +765,7 @@ def _same_as_clean(ctx: Ctx, src: str, out: str, build_args: tuple):
     def check(root, res):
         if res.code != 0:
             return None
-        from vlmdata.build.builder import BuildOptions, build
+        from vlmdata.ingest import BuildOptions, build
 
         clean = ctx.path("clean")
         if not os.path.exists(clean):
@@ -883,7 +883,7 @@ def _output_cases() -> list[Case]:
     def overwrite_then_bad_source(ctx, bad):
         src = folder(ctx, 2)
         out = ctx.out("out")
-        from vlmdata.build.builder import BuildOptions, build
+        from vlmdata.ingest import BuildOptions, build
 
         build(src, out, BuildOptions(workers=1))
         ctx.protect(out)
@@ -900,7 +900,7 @@ def _output_cases() -> list[Case]:
     def overwrite_dataset(ctx):
         src = folder(ctx, 3)
         out = ctx.out("out")
-        from vlmdata.build.builder import BuildOptions, build
+        from vlmdata.ingest import BuildOptions, build
 
         build(folder(ctx, 5, name="src2"), out, BuildOptions(workers=1, max_count=1))
         return [
@@ -962,7 +962,7 @@ def _output_cases() -> list[Case]:
     def concurrent(ctx):
         src = big_src(ctx, 30)
         out = ctx.out("out")
-        from vlmdata.build.builder import BuildOptions, build
+        from vlmdata.ingest import BuildOptions, build
 
         build(src, out, BuildOptions(workers=1))
         return [Step("race", fn=_race, args=(src, out)), Step("validate", ["validate", out, "-q"])]
@@ -1052,7 +1052,7 @@ def clean_dataset(kind: str = "new") -> str:
     """A 24-sample, 4-shard dataset (one input skipped, so keys have a gap), built once per run."""
     if kind in _CLEAN and os.path.isdir(_CLEAN[kind]):  # an earlier run in this process may have cleaned up
         return _CLEAN[kind]
-    from vlmdata.build.builder import BuildOptions, build
+    from vlmdata.ingest import BuildOptions, build
 
     base = Path(tempfile.mkdtemp(prefix="vlmdata-fuzz-clean-"))
     src = base / "src"
@@ -1466,8 +1466,8 @@ def _loader_cases() -> list[Case]:
 
     def hand_made(ctx, text: str, n_images: int = 1):
         """A shard written directly (as an older or foreign writer could): the text is not checked."""
-        from vlmdata.build.builder import write_dataset
         from vlmdata.dataset.schema import ImageInfo, Sample, user_assistant
+        from vlmdata.ingest import write_dataset
 
         out = ctx.out()
         data = jpeg(64, 48)
@@ -1501,7 +1501,7 @@ def _loader_cases() -> list[Case]:
 
     def empty_endless(ctx):
         out = ctx.out()
-        from vlmdata.build.builder import BuildOptions, build
+        from vlmdata.ingest import BuildOptions, build
 
         src = folder(ctx, 1)
         Path(src, "good0.txt").write_text("")
@@ -2076,8 +2076,8 @@ def _data_cases() -> list[Case]:
         return [Step("build", ["build", str(d), "-o", ctx.out(), "-q"], ok=(2,), timeout=60)]
 
     def straddle(ctx):
-        from vlmdata.build.builder import write_dataset
         from vlmdata.dataset.schema import ImageInfo, Sample, user_assistant
+        from vlmdata.ingest import write_dataset
 
         samples = []
         for i in range(6):  # 4 two-image samples (their second image straddles), 2 one-image ones (they fit)

@@ -43,8 +43,8 @@ from PIL import Image
 
 from vlmdata.benchmarks.build import make_photo_input
 from vlmdata.benchmarks.timing import Contender, interleave, spread
-from vlmdata.build import BuildOptions, build
 from vlmdata.dataset.tar import iter_shard
+from vlmdata.ingest import BuildOptions, build
 from vlmdata.loaders.api import resolve_shards
 
 MAX_COUNT = 250

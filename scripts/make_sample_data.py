@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 
-from vlmdata.build.builder import BuildOptions, build
+from vlmdata.ingest import BuildOptions, build
 from vlmdata.sources.photos import make_source
 
 

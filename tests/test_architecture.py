@@ -3,10 +3,10 @@ package's modules import each other without cycles.
 
 Layers, lowest first (a module may import its own component and any lower layer, nothing else):
 
-    errors, qwen -> storage -> dataset -> sources | interop -> build | profile -> synthetic -> loaders
+    errors, qwen -> storage | options_util -> dataset -> sources | interop -> ingest | profile -> synthetic -> loaders
     -> audit | baselines -> benchmarks -> cli
 
-Components on one layer (``build`` and ``profile``, ...) do not import each other. Every import counts,
+Components on one layer (``ingest`` and ``profile``, ...) do not import each other. Every import counts,
 function-level ones included (they are still dependencies); the cycle check covers module-level imports
 (the ones that run at import time).
 """
@@ -23,10 +23,10 @@ PKG = os.path.dirname(vlmdata.__file__)
 
 LAYERS = [
     ("errors", "qwen"),
-    ("storage",),
+    ("storage", "options_util"),
     ("dataset",),
     ("sources", "interop"),
-    ("build", "profile"),
+    ("ingest", "profile"),
     ("synthetic",),
     ("loaders",),
     ("audit", "baselines"),
@@ -36,7 +36,7 @@ LAYERS = [
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 # compatibility modules at the top of the package (old import paths that keep working); they sit on the
 # layer of what they re-export
-SHIMS = {"energon_sample": "interop", "hf": "interop", "validate": "dataset"}
+SHIMS = {"energon_sample": "interop", "hf": "interop", "validate": "dataset", "build": "ingest"}
 
 
 @functools.cache
@@ -175,13 +175,13 @@ def test_every_user_facing_error_derives_from_vlmdata_error():
     from vlmdata.audit.inputs import AuditError
     from vlmdata.audit.logs import LogError
     from vlmdata.benchmarks.timing import BenchmarkError
-    from vlmdata.build.builder import BuildError
-    from vlmdata.build.engines import EngineError
     from vlmdata.cli.console import UserError
     from vlmdata.dataset.manifest import ManifestError
     from vlmdata.dataset.nvmeta_index import EnergonIndexError
     from vlmdata.dataset.reader import BadSampleError
     from vlmdata.errors import OptionsError, VlmdataError
+    from vlmdata.ingest.engines import EngineError
+    from vlmdata.ingest.options import BuildError
     from vlmdata.loaders.pipeline import EmptyEpochError
     from vlmdata.profile.measure import ProfileError
     from vlmdata.sources.base import SourceError

@@ -8,7 +8,7 @@ datasets), ``VlmdataError`` (the base of every error vlmdata raises for a user's
 ``vlmdata audit`` measures by default).
 
 The package's layout is its data flow (docs/architecture.md): ``qwen`` -> ``storage`` -> ``dataset`` ->
-``sources`` | ``interop`` -> ``build`` | ``profile`` -> ``synthetic`` -> ``loaders`` -> ``audit`` |
+``sources`` | ``interop`` -> ``ingest`` | ``profile`` -> ``synthetic`` -> ``loaders`` -> ``audit`` |
 ``baselines`` -> ``benchmarks`` -> ``cli``; imports point down only (tests/test_architecture.py).
 
 This module stays light (no third-party import): the CLI imports it for ``--version``; the re-exports
@@ -19,9 +19,10 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ below imports on first use
-    from vlmdata.build.builder import BuildOptions, build
     from vlmdata.dataset.validate import validate
     from vlmdata.errors import VlmdataError
+    from vlmdata.ingest.builder import build
+    from vlmdata.ingest.options import BuildOptions
     from vlmdata.interop.hf import load_hf
     from vlmdata.loaders.api import make_loader
     from vlmdata.loaders.options import LoaderOptions
@@ -43,8 +44,8 @@ __all__ = [
 
 # public name -> module that defines it (imported on first use: torch/transformers stay out of --help)
 _EXPORTS = {
-    "build": "vlmdata.build.builder",
-    "BuildOptions": "vlmdata.build.builder",
+    "build": "vlmdata.ingest.builder",
+    "BuildOptions": "vlmdata.ingest.options",
     "validate": "vlmdata.dataset.validate",
     "profile_dataset": "vlmdata.profile.measure",
     "make_loader": "vlmdata.loaders.api",

@@ -16,10 +16,10 @@ import pytest
 from conftest import jpeg_bytes
 from PIL import Image
 
-from vlmdata.build.builder import BuildError, BuildOptions, build, write_dataset
 from vlmdata.dataset.nvmeta_index import collapse, scan_layout
 from vlmdata.dataset.schema import ImageInfo, Sample
 from vlmdata.dataset.shards import write_shard
+from vlmdata.ingest import BuildError, BuildOptions, build, write_dataset
 
 ENERGON_FILES = (".nv-meta/index.sqlite", ".nv-meta/.info.json", ".nv-meta/split.yaml")
 
@@ -102,7 +102,7 @@ def test_index_batches_past_energon_batch_size(tmp_path):
 
 def test_resumed_build_index_equals_energon_prepare(llava_source, tmp_path, monkeypatch):
     """Shards written before an interruption have no layout in memory: their headers are read instead."""
-    import vlmdata.build.builder as b
+    import vlmdata.ingest.writer as b
 
     calls = []
 
@@ -123,7 +123,7 @@ def test_resumed_build_index_equals_energon_prepare(llava_source, tmp_path, monk
 
 def test_scanned_layout_equals_written_layout(llava_source, tmp_path):
     out = tmp_path / "out"
-    import vlmdata.build.builder as b
+    import vlmdata.ingest.writer as b
 
     seen = {}
     real = b.write_shard

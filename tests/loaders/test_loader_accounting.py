@@ -10,10 +10,10 @@ import shutil
 import pytest
 from PIL import Image
 
-from vlmdata.build.builder import BuildOptions, build
 from vlmdata.dataset.manifest import load_manifest, shard_keys
 from vlmdata.dataset.reader import BadSampleError, scan_shard
 from vlmdata.dataset.tar import BLOCK
+from vlmdata.ingest import BuildOptions, build
 from vlmdata.loaders.api import make_loader
 from vlmdata.loaders.pipeline import EmptyEpochError, check_epoch
 

@@ -18,9 +18,9 @@ moto_server = pytest.importorskip("moto.server", reason="s3 tests need moto[serv
 from conftest import jpeg_bytes, png_bytes  # noqa: E402
 
 from vlmdata import storage  # noqa: E402
-from vlmdata.build.builder import STATE_DIR, BuildOptions, build  # noqa: E402
 from vlmdata.dataset.manifest import load_manifest  # noqa: E402
 from vlmdata.dataset.validate import validate  # noqa: E402
+from vlmdata.ingest import STATE_DIR, BuildOptions, build  # noqa: E402
 
 KEY_ID, SECRET = "AKIAVLMDATATESTKEY01", "vlmdata-test-secret-5up3r-s3cr3t"
 
@@ -132,7 +132,7 @@ def test_build_from_s3_sources_matches_local(s3, tmp_path, photos, llava_source)
 KILL_UPLOAD = """
 import os, signal, sys
 import vlmdata.storage as st
-from vlmdata.build.builder import build, BuildOptions
+from vlmdata.ingest import build, BuildOptions
 orig, n = st.put, [0]
 def put_then_die(local, url):
     if url.endswith("shard-000002.tar"):  # the third shard is written locally, its upload never completes

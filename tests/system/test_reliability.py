@@ -14,12 +14,12 @@ from conftest import SAMPLE_SHARDS
 from PIL import Image
 
 from vlmdata import storage
-from vlmdata.build.builder import BuildError, BuildOptions, build, build_shortfall
 from vlmdata.cli.main import main
 from vlmdata.dataset.images import ImageProblem, check_image, reencode
 from vlmdata.dataset.manifest import ManifestError, load_manifest
 from vlmdata.dataset.tar import iter_shard
 from vlmdata.dataset.validate import validate
+from vlmdata.ingest import BuildError, BuildOptions, build, build_shortfall
 from vlmdata.profile.measure import ProfileError, ProfileOptions, profile_dataset
 from vlmdata.sources import SourceError
 
@@ -316,7 +316,8 @@ def test_control_tokens_in_captions_are_skipped_by_build_and_escaped_by_the_load
 
 KILL = """
 import os, signal, sys
-import vlmdata.build.builder as b
+import vlmdata.ingest.writer as b
+from vlmdata.ingest import BuildOptions, build
 orig = b.write_shard
 def die(plan, *a):
     r = orig(plan, *a)
@@ -324,7 +325,7 @@ def die(plan, *a):
         os.kill(os.getpid(), signal.SIGKILL)
     return r
 b.write_shard = die
-b.build(sys.argv[1], sys.argv[2], b.BuildOptions(max_count=2, workers=1))
+build(sys.argv[1], sys.argv[2], BuildOptions(max_count=2, workers=1))
 """
 
 

@@ -253,7 +253,7 @@ def prepare_input(
 def _profile_shards(profile: str, seed: int, work: str) -> str:
     """The profile's synthetic samples (one per stored row) written as shards, like ``vlmdata synth``."""
     # the build / profile / synthetic stack: imported when a profile is given, not by `vlmdata audit --help`
-    from vlmdata.build.builder import write_dataset
+    from vlmdata.ingest import write_dataset
     from vlmdata.profile.measure import ProfileError, load_profile
     from vlmdata.synthetic.source import SyntheticSource
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vlmdata.errors import OptionsError
+from vlmdata.options_util import at_least as _at_least
 from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, SPECS
 
 IMAGE_MODES = ("decode", "shapes", "drop")
@@ -156,8 +157,3 @@ def names() -> tuple[str, ...]:
 def _choice(name: str, value, allowed: tuple) -> None:
     if not isinstance(value, str) or value not in allowed:
         raise OptionsError(f"`{name}` must be one of {', '.join(map(repr, allowed))}, got {value!r}")
-
-
-def _at_least(name: str, value, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise OptionsError(f"`{name}` must be an integer >= {low}, got {value!r}")

@@ -15,8 +15,10 @@ sizes and the seed alone). A real sample that cannot be read (bad JSON, unreadab
 truncated shard) gets a *placeholder* twin, a JSON member without a conversation, which the loader
 skips at the same position, so the pairing survives bad real samples; samples outside ``only_keys``
 get placeholders too (they are never reached by a run that only needs those keys).
-The twin dataset is an audit artifact: its manifest's ``kind`` is ``twin`` and ``validate`` reports
-placeholders as bad samples.
+The twin dataset is an audit artifact: its manifest's ``kind`` is ``twin`` (no Energon metadata) and
+``validate`` reports placeholders as bad samples. It is written through the one dataset write path
+(``ingest.writer.DatasetWriter``: the lock, the output-folder rules, the write order); an earlier twin in the
+folder is replaced, a folder of other files is refused.
 """
 
 from __future__ import annotations
@@ -26,11 +28,10 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from vlmdata.dataset.manifest import Accounting, write_manifest
 from vlmdata.dataset.reader import BadSampleError, ShardReader, parse_raw, scan_shard
 from vlmdata.dataset.schema import FORMAT_EXT, ImageInfo, Sample, dumps
-from vlmdata.dataset.shards import Entry, ShardPlan, ShardRecord, shard_name, write_shard
-from vlmdata.dataset.tar import END_BYTES
+from vlmdata.dataset.shards import Entry, ShardPlan, ShardRecord, shard_name
+from vlmdata.ingest.writer import DatasetWriter
 from vlmdata.profile.measure import get_tokenizer, image_row
 from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
 from vlmdata.synthetic.generate import mix, spec_for_row
@@ -142,7 +143,8 @@ def write_twin(
 
     Args:
         shards: the real dataset's shard paths, in the order its loader reads them.
-        out: output folder (created; shards ``twin-NNNNNN.tar`` and ``manifest.json``, no ``.nv-meta``).
+        out: output folder: new, empty, or a vlmdata dataset such as an earlier twin (replaced); gets shards
+            ``twin-NNNNNN.tar`` and ``manifest.json``, no ``.nv-meta``.
         seed: content seed of the generated text and images.
         model: the model family whose visual-token rule the image rows record.
         tokenizer: the tokenizer that counts text tokens (default: the offline Qwen tokenizer).
@@ -153,12 +155,34 @@ def write_twin(
     Returns:
         The twin dataset's manifest (``kind`` "twin"; ``source.placeholders`` counts the placeholders).
     """
-    os.makedirs(out, exist_ok=True)
     maker = TwinMaker(seed, tokenizer, model)
     threads = threads or max(1, min(8, os.cpu_count() or 1))
+    with DatasetWriter(out, overwrite=True, energon=None) as writer:
+        writer.start()
+        records, index, placeholders = _write_shards(writer, maker, shards, only_keys, threads, progress)
+        return writer.finish(
+            records,
+            seen=index,
+            tail=[],
+            workers=1,
+            kind="twin",
+            prefix=TWIN_PREFIX,
+            options={"seed": seed, "model": model, "only_keys": None if only_keys is None else len(only_keys)},
+            source={
+                "format": "twin",
+                "of": list(shards),
+                "placeholders": placeholders,
+                "substitutions": dict(sorted(maker.substitutions.items())),
+            },
+        )
+
+
+def _write_shards(
+    writer: DatasetWriter, maker: TwinMaker, shards: list[str], only_keys: set | None, threads: int, progress
+) -> tuple[list[ShardRecord], int, int]:
+    """Twin shard ``i`` of real shard ``i``, for each; (records, samples, placeholders)."""
     records: list[ShardRecord] = []
-    index = 0
-    placeholders = 0
+    index = placeholders = 0
     with ThreadPoolExecutor(threads, thread_name_prefix="vlmdata-twin") as pool:
         for no, path in enumerate(shards):
             reader = ShardReader([path])
@@ -172,32 +196,7 @@ def write_twin(
                 index += 1
                 placeholders += not e.images and b'"twin_placeholder"' in e.meta
             plan = ShardPlan(no, shard_name(TWIN_PREFIX, no), entries, index - len(entries), index, [])
-            records.append(_write_plan(plan, out))
+            records.append(writer.write(plan))  # an empty real shard: an empty twin shard keeps the shard count
             if progress:
                 progress(len(entries))
-    acc = Accounting.from_records(index, records, [])
-    return write_manifest(
-        out,
-        kind="twin",
-        prefix=TWIN_PREFIX,
-        records=records,
-        accounting=acc,
-        options={"seed": seed, "model": model, "only_keys": None if only_keys is None else len(only_keys)},
-        source={
-            "format": "twin",
-            "of": list(shards),
-            "placeholders": placeholders,
-            "substitutions": dict(sorted(maker.substitutions.items())),
-        },
-    )
-
-
-def _write_plan(plan: ShardPlan, out: str) -> ShardRecord:
-    if plan.entries:
-        return write_shard(plan, out, None)
-    empty = b"\0" * END_BYTES  # an empty real shard: an empty twin shard keeps the shard count
-    with open(os.path.join(out, plan.name), "wb") as f:
-        f.write(empty)
-    return ShardRecord(
-        plan.name, 0, 0, END_BYTES, hashlib.sha256(empty).hexdigest(), "", "", plan.start_index, plan.end_index
-    )
+    return records, index, placeholders

@@ -8,10 +8,11 @@ import os
 from rich.table import Table
 
 from vlmdata import storage
-from vlmdata.build.builder import DEFAULT_MIN_WRITTEN_FRACTION, BuildOptions, build, build_shortfall
-from vlmdata.build.engines import ENGINES
 from vlmdata.cli.args import cli_flags, parse_size, positive_int
 from vlmdata.cli.console import EXIT_FAIL, EXIT_OK, UserError, counts, err, human_bytes, out, print_json, progress
+from vlmdata.ingest import DEFAULT_MIN_WRITTEN_FRACTION, BuildOptions, build, build_shortfall
+from vlmdata.ingest.engines import DEFAULT_ENGINE, ENGINES
+from vlmdata.ingest.options import DEFAULT_ENERGON_TARGET, ENERGON_TARGETS, VERIFY_MODES
 from vlmdata.sources import FORMATS
 
 
@@ -25,7 +26,16 @@ def _fraction(text: str) -> float:
     return v
 
 
+def _size(n: int) -> str:
+    """A byte count as the flag takes it (``512MiB``)."""
+    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if n % unit == 0:
+            return f"{n // unit}{name}"
+    return str(n)
+
+
 def add_parser(sub):
+    d = BuildOptions()  # every default is the library's
     p = sub.add_parser(
         "build",
         help="build WebDataset shards from real image-text data",
@@ -34,7 +44,7 @@ def add_parser(sub):
             "dataset into tar shards (original image bytes + KEY.json), manifest.json with exact accounting of\n"
             "every input, and Energon metadata (.nv-meta) that Megatron Bridge reads."
         ),
-        formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "source",
@@ -49,16 +59,19 @@ def add_parser(sub):
     )
     p.add_argument("--format", choices=FORMATS, help="source format (default: detected)")
     p.add_argument("--image-root", help="folder that relative image paths in JSON sources are relative to")
-    p.add_argument("--prompt", default="Describe this image.", help="user prompt for caption-only sources")
+    p.add_argument("--prompt", default=d.prompt, help="user prompt for caption-only sources")
     p.add_argument("--image-column", help="HF dataset image column (default: detected)")
     p.add_argument("--text-column", help="HF dataset text/conversation column (default: detected)")
-    p.add_argument("--prefix", default="shard", help="shard file name prefix (default: shard)")
-    p.add_argument("--max-count", type=positive_int, default=1000, help="samples per shard at most (default 1000)")
+    p.add_argument("--prefix", default=d.prefix, help=f"shard file name prefix (default: {d.prefix})")
+    p.add_argument(
+        "--max-count", type=positive_int, default=d.max_count, help=f"samples per shard at most (default {d.max_count})"
+    )
     p.add_argument(
         "--max-size",
         type=parse_size,
-        default="512MiB",
-        help="bytes per shard at most, tar headers and padding included (default 512MiB; 0 = no limit)",
+        default=d.max_size or 0,
+        help="bytes per shard at most, tar headers and padding included "
+        f"(default {_size(d.max_size) if d.max_size else 'no limit'}; 0 = no limit)",
     )
     p.add_argument(
         "--max-pixels", type=positive_int, help="re-encode images above this many pixels (default: never re-encode)"
@@ -66,7 +79,7 @@ def add_parser(sub):
     p.add_argument(
         "--max-image-pixels",
         type=positive_int,
-        default=178_956_970,
+        default=d.max_image_pixels,
         help="skip images above this many pixels as decompression bombs",
     )
     p.add_argument(
@@ -79,19 +92,20 @@ def add_parser(sub):
         "--min-written-fraction",
         type=_fraction,
         default=DEFAULT_MIN_WRITTEN_FRACTION,
-        help="exit 1 when fewer than this fraction of the inputs were written (default 0.5; 0 = off; "
+        help=f"exit 1 when fewer than this fraction of the inputs were written (default {DEFAULT_MIN_WRITTEN_FRACTION:g}; "
+        "0 = off; "
         "writing nothing always exits 1)",
     )
     p.add_argument(
         "--verify",
-        choices=("header", "full"),
-        default="header",
+        choices=VERIFY_MODES,
+        default=d.verify,
         help="image check while building: header + end marker (fast), or full decode",
     )
     p.add_argument(
         "--workers",
         type=positive_int,
-        default=None,
+        default=d.workers,
         help="worker processes, or CPUs of the local Ray instance (default: auto: one process unless "
         "the per-input work is heavy (--verify full, --max-pixels, remote source) and a core is free; "
         "all cores for Ray)",
@@ -99,7 +113,7 @@ def add_parser(sub):
     p.add_argument(
         "--engine",
         choices=ENGINES,
-        default="local",
+        default=DEFAULT_ENGINE,
         help="where per-chunk and per-shard work runs: local processes or Ray tasks (same output)",
     )
     p.add_argument(
@@ -127,8 +141,8 @@ def add_parser(sub):
     )
     p.add_argument(
         "--energon-target",
-        choices=("vlmdata", "bridge"),
-        default="vlmdata",
+        choices=ENERGON_TARGETS,
+        default=DEFAULT_ENERGON_TARGET,
         help="class named in .nv-meta/dataset.yaml: vlmdata's (Bridge's own where installed) or Bridge's directly",
     )
     p.add_argument("--json", action="store_true", help="print the manifest summary as JSON")

@@ -9,11 +9,11 @@ from typing import Any
 
 from rich.table import Table
 
-from vlmdata.build.builder import BuildError, write_dataset
-from vlmdata.build.engines import ENGINES, EngineError
 from vlmdata.cli.args import cli_flags, parse_size
 from vlmdata.cli.console import EXIT_OK, UserError, counts, human_bytes, out, print_json, progress
 from vlmdata.dataset.images import DEFAULT_MAX_IMAGE_PIXELS, MAX_ASPECT_RATIO
+from vlmdata.ingest import BuildError, write_dataset
+from vlmdata.ingest.engines import ENGINES, EngineError
 from vlmdata.profile.measure import ProfileError, get_tokenizer, load_profile
 from vlmdata.synthetic.mocks import IMAGEFREE_ANSWER_TOKENS, IMAGEFREE_PROMPT_TOKENS, MOCKS
 

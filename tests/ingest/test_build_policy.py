@@ -1,9 +1,9 @@
-"""vlmdata.build.policy: inline unless worker processes pay (heavy per-input work, a free core, not small)."""
+"""vlmdata.ingest.policy: inline unless worker processes pay (heavy per-input work, a free core, not small)."""
 
 import json
 
-import vlmdata.build.policy as bp
-from vlmdata.build import BuildOptions, build
+import vlmdata.ingest.policy as bp
+from vlmdata.ingest import BuildOptions, build
 
 
 def test_light_or_small_or_busy_is_inline(monkeypatch):

@@ -10,9 +10,9 @@ import pytest
 from conftest import jpeg_bytes, png_bytes
 from PIL import Image
 
-from vlmdata.build.builder import BuildError, BuildOptions, build
 from vlmdata.dataset.manifest import load_manifest
 from vlmdata.dataset.tar import END_BYTES, iter_shard, member_size
+from vlmdata.ingest import BuildError, BuildOptions, build
 from vlmdata.sources import SourceError
 
 
@@ -217,8 +217,8 @@ def test_out_dir_rules_and_bad_source(llava_source, tmp_path):
 
 KILL_SCRIPT = """
 import os, signal, sys
-import vlmdata.build.builder as b
-from vlmdata.build.builder import build, BuildOptions
+import vlmdata.ingest.writer as b
+from vlmdata.ingest import build, BuildOptions
 MAIN, KILL_AT = os.getpid(), int(sys.argv[3])
 orig = b.write_shard
 def write_then_die(plan, *args):

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from vlmdata.build.engines import LocalEngine, get_engine
+from vlmdata.ingest.engines import LocalEngine, get_engine
 
 
 def _square(x):

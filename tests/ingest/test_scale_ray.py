@@ -11,8 +11,10 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'vlmdata[ray]'); the Ray engine is untested")
 
-from vlmdata.build.builder import BuildOptions, Planner, _write_local, build, run_build_pipeline  # noqa: E402
-from vlmdata.build.engines.ray_engine import RayEngine  # noqa: E402
+from vlmdata.dataset.shards import Planner  # noqa: E402
+from vlmdata.ingest import BuildOptions, build, run_build_pipeline  # noqa: E402
+from vlmdata.ingest.engines.ray_engine import RayEngine  # noqa: E402
+from vlmdata.ingest.writer import write_local  # noqa: E402
 from vlmdata.sources import open_source  # noqa: E402
 
 
@@ -90,7 +92,7 @@ def test_failed_tasks_are_retried(llava_source, tmp_path, ray_2cpu):
     os.makedirs(out), os.makedirs(markers)
     opts = BuildOptions(max_count=3)
     _, items = open_source(llava_source)
-    writer = functools.partial(flaky, inner=functools.partial(_write_local, out=out, state=None), marker_dir=markers)
+    writer = functools.partial(flaky, inner=functools.partial(write_local, out=out, state=None), marker_dir=markers)
     with RayEngine(max_retries=2) as eng:
         records, seen, _ = run_build_pipeline(items, opts, Planner("shard", 3, opts.max_size), writer, eng)
     assert sorted(os.listdir(markers)) == ["tried-1", "tried-2"]
@@ -101,7 +103,7 @@ def test_failed_tasks_are_retried(llava_source, tmp_path, ray_2cpu):
 
 KILL_MIDWAY = """
 import os, signal, sys
-from vlmdata.build.builder import build, BuildOptions
+from vlmdata.ingest import build, BuildOptions
 n = [0]
 def progress(k):
     n[0] += k

@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 from collections import deque
 
-from vlmdata.build.engines import Engine, EngineError
+from vlmdata.ingest.engines.base import Engine, EngineError
 
 INSTALL_HINT = "`engine` ray needs Ray: pip install 'vlmdata[ray]'"
 RETRY_EXCEPTIONS = [OSError, ConnectionError, TimeoutError]
 
 
 def import_ray():
+    """The ``ray`` module (EngineError saying how to install it when it is missing)."""
     try:
         import ray  # pyright: ignore[reportMissingImports]  # optional: vlmdata[ray]
     except ImportError:
@@ -54,6 +55,14 @@ class RayEngine(Engine):
         self.parallelism = max(1, int(ray.cluster_resources().get("CPU", workers)))
         # one generic task that applies a (picklable) callable: works for partials too
         self._task = ray.remote(_apply).options(max_retries=max_retries, retry_exceptions=RETRY_EXCEPTIONS, num_cpus=1)
+
+    @classmethod
+    def create(cls, *, workers: int, address: str | None, max_retries: int) -> RayEngine:
+        return cls(address=address, workers=workers, max_retries=max_retries)
+
+    @classmethod
+    def check_available(cls) -> None:
+        import_ray()
 
     def imap(self, fn, args, window=None):
         window = window or 4 * self.parallelism
