@@ -1,7 +1,9 @@
-"""Engine selection that needs no Ray: the error without Ray, and the local engine's API."""
+"""Engine selection that needs no Ray: the registry, the error without Ray, and the local engine's API."""
 
 import subprocess
 import sys
+
+import pytest
 
 from vlmdata.ingest.engines import LocalEngine, get_engine
 
@@ -30,3 +32,22 @@ def test_cli_without_ray_says_how_to_install(llava_source, tmp_path):
     assert r.returncode == 2
     assert "pip install 'vlmdata[ray]'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not os.path.exists(tmp_path / "o")  # nothing written before the engine is known to work
+
+
+def test_engines_are_a_registry_and_the_cli_offers_it():
+    from vlmdata.cli.main import parser
+    from vlmdata.ingest.engines import DEFAULT_ENGINE, ENGINES, REGISTRY, EngineError, engine_class
+
+    assert ENGINES == tuple(REGISTRY) and DEFAULT_ENGINE in REGISTRY
+    assert all(REGISTRY[name].name == name for name in ENGINES)
+    argv = ["build", "src", "-o", "out"]
+    assert parser(argv).parse_args(argv).engine == DEFAULT_ENGINE
+    for name in ENGINES:  # --engine offers exactly the registry's names
+        assert parser(argv).parse_args(argv + ["--engine", name]).engine == name
+    with pytest.raises(SystemExit):
+        parser(argv).parse_args(argv + ["--engine", "spark"])
+    for bad in ("spark", 3, None):
+        with pytest.raises(EngineError, match="unknown engine"):
+            engine_class(bad)
+    with pytest.raises(EngineError, match="`address` is for `engine` ray"):
+        get_engine("local", address="auto")

@@ -68,10 +68,19 @@ class _Run:
         if self.opts.image_root is not None and "\0" in self.opts.image_root:
             raise SourceError("`image_root` contains a NUL byte")
 
-    @property
-    def protected(self) -> list[str]:
-        """What OUT must not be or contain: the source, then the image root."""
-        return [self.source] + ([storage.local(self.opts.image_root)] if self.opts.image_root else [])
+    def writer(self) -> DatasetWriter:
+        """The writer of OUT; OUT must not be or contain the source or the image root."""
+        protected = [self.source] + ([storage.local(self.opts.image_root)] if self.opts.image_root else [])
+        return DatasetWriter(
+            self.out,
+            resume=self.resume,
+            overwrite=self.overwrite,
+            protected=protected,
+            staging=self.staging,
+            fsync=self.opts.fsync,
+            energon=self.energon,
+            energon_target=self.energon_target,
+        )
 
 
 def build(
@@ -126,16 +135,7 @@ def build(
         address=address,
         staging=staging,
     )
-    writer = DatasetWriter(
-        run.out,
-        resume=run.resume,
-        overwrite=run.overwrite,
-        protected=run.protected,
-        staging=run.staging,
-        fsync=run.opts.fsync,
-        energon=run.energon,
-        energon_target=run.energon_target,
-    )
+    writer = run.writer()
     try:
         with writer:
             return _build_locked(run, writer)

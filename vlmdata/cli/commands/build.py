@@ -46,6 +46,14 @@ def add_parser(sub):
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _input_args(p, d)
+    _shard_args(p, d)
+    _run_args(p, d)
+    return p
+
+
+def _input_args(p, d: BuildOptions) -> None:
+    """SOURCE, -o OUT and how the source is read."""
     p.add_argument(
         "source",
         help="folder, .json/.jsonl file, .parquet file or saved HF dataset folder; folders and "
@@ -62,6 +70,10 @@ def add_parser(sub):
     p.add_argument("--prompt", default=d.prompt, help="user prompt for caption-only sources")
     p.add_argument("--image-column", help="HF dataset image column (default: detected)")
     p.add_argument("--text-column", help="HF dataset text/conversation column (default: detected)")
+
+
+def _shard_args(p, d: BuildOptions) -> None:
+    """The shards, the image checks and the shortfall bar."""
     p.add_argument("--prefix", default=d.prefix, help=f"shard file name prefix (default: {d.prefix})")
     p.add_argument(
         "--max-count", type=positive_int, default=d.max_count, help=f"samples per shard at most (default {d.max_count})"
@@ -92,9 +104,8 @@ def add_parser(sub):
         "--min-written-fraction",
         type=_fraction,
         default=DEFAULT_MIN_WRITTEN_FRACTION,
-        help=f"exit 1 when fewer than this fraction of the inputs were written (default {DEFAULT_MIN_WRITTEN_FRACTION:g}; "
-        "0 = off; "
-        "writing nothing always exits 1)",
+        help="exit 1 when fewer than this fraction of the inputs were written "
+        f"(default {DEFAULT_MIN_WRITTEN_FRACTION:g}; 0 = off; writing nothing always exits 1)",
     )
     p.add_argument(
         "--verify",
@@ -102,6 +113,10 @@ def add_parser(sub):
         default=d.verify,
         help="image check while building: header + end marker (fast), or full decode",
     )
+
+
+def _run_args(p, d: BuildOptions) -> None:
+    """Where the work runs, how OUT is written, what is printed."""
     p.add_argument(
         "--workers",
         type=positive_int,
@@ -146,7 +161,6 @@ def add_parser(sub):
         help="class named in .nv-meta/dataset.yaml: vlmdata's (Bridge's own where installed) or Bridge's directly",
     )
     p.add_argument("--json", action="store_true", help="print the manifest summary as JSON")
-    return p
 
 
 def run(args) -> int:
