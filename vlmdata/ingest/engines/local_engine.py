@@ -8,7 +8,6 @@ build killed with SIGKILL leaves no orphan still writing shards while a ``resume
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing as mp
 import signal
 from collections import deque
@@ -38,6 +37,8 @@ class _Async:
 
 def _die_with_parent() -> None:
     """A pool worker gets SIGKILL when the build process dies (Linux's PR_SET_PDEATHSIG)."""
+    import ctypes  # in pool workers only: ~2.5 ms (-X importtime) kept out of every build's start-up
+
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
