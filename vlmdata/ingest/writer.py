@@ -130,7 +130,8 @@ class DatasetWriter:
 
     @property
     def write(self) -> Callable[[ShardPlan], ShardRecord]:
-        """``write(plan) -> ShardRecord``: writes one shard (picklable, for the engines' workers)."""
+        """``write(plan) -> ShardRecord``: writes one shard (picklable, for the engines' workers); take it after
+        ``start`` (it carries the state folder ``start`` set up)."""
         if self.staging is not None:
             return functools.partial(write_remote, out=self.out, staging=self.staging, fsync=self.fsync)
         return functools.partial(write_local, out=self.out, state=self.state, fsync=self.fsync)
