@@ -5,8 +5,9 @@ import pytest
 from audit_fakes import SMALL_PIXELS, FakeClock, ShapeCostWorkload
 
 from vlmdata.audit.bridge_config import read_bridge_config
-from vlmdata.audit.config import DEVICE_DEFAULTS, AuditConfig, bridge_packs, resolve
+from vlmdata.audit.config import DEVICE_DEFAULTS, AuditConfig
 from vlmdata.audit.inputs import AuditError
+from vlmdata.audit.resolve import bridge_packs, resolve
 from vlmdata.audit.runner import run_audit
 from vlmdata.cli.main import parser as build_parser
 
@@ -53,10 +54,10 @@ def test_packing_means_real_packing():
 
 
 def test_bad_settings_are_audit_errors():
-    with pytest.raises(AuditError, match="multiple of micro_batch_size"):
+    with pytest.raises(AuditError, match="multiple of `micro_batch_size`"):
         resolve(AuditConfig(global_batch_size=3))
     with pytest.raises(AuditError, match="device"):
-        AuditConfig(device="tpu").check()
+        AuditConfig(device="tpu")
 
 
 def test_cli_flags_reach_the_config():

@@ -176,7 +176,7 @@ def test_recompute_wraps_the_named_blocks_and_keeps_the_loss(mode, expected):
     a, b = base(batch)["loss"], w(batch)["loss"]
     assert a == pytest.approx(b, rel=1e-5)  # the same forward; recompute and freezing change the cost only
     assert all(p.grad is None for p in w.model.model.visual.parameters())
-    with pytest.raises(AuditError, match="recompute must be one of"):
+    with pytest.raises(AuditError, match="`recompute` must be one of"):
         apply_recompute(w.model, "some")
 
 

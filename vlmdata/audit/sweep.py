@@ -56,9 +56,9 @@ def parse_sweep(items: list[str], *, user_step: bool = False, distributed: bool 
         key = key.strip()
         vals = [v.strip() for v in values.split(",") if v.strip()]
         if not sep or not key or not vals:
-            raise AuditError(f"sweep needs KEY=V1,V2,..., got {item!r}")
+            raise AuditError(f"`sweep` needs KEY=V1,V2,..., got {item!r}")
         if key in sweep:
-            raise AuditError(f"sweep key {key!r} given twice")
+            raise AuditError(f"`sweep` key {key!r} given twice")
         try:
             if key == "micro_batch_size":
                 typed = [int(v) for v in vals]
@@ -81,7 +81,7 @@ def parse_sweep(items: list[str], *, user_step: bool = False, distributed: bool 
             else:
                 raise ValueError(f"the reference workload sweeps {', '.join(SWEEP_KEYS)}")
         except ValueError as e:
-            raise AuditError(f"sweep {key}: {e}") from None
+            raise AuditError(f"`sweep` {key}: {e}") from None
         sweep[key] = typed
     return sweep
 

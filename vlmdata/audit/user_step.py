@@ -42,6 +42,7 @@ from typing import Any, Iterator
 
 import torch
 
+from vlmdata.audit.batch_shapes import shape_items
 from vlmdata.audit.flops import count_tokens
 from vlmdata.audit.inputs import AuditError
 from vlmdata.audit.model import IMAGE_TOKEN_ID
@@ -132,7 +133,7 @@ class _Watchdog:
             return
         try:
             sys.stderr.write(
-                f"error: the step {self.spec} did not return within {seconds:g} s (the audit's budget_s) and "
+                f"error: the step {self.spec} did not return within {seconds:g} s (the audit's `budget_s`) and "
                 "could not be interrupted (it is stuck outside Python); stopping\n"
             )
             sys.stderr.flush()
@@ -150,7 +151,7 @@ class _Watchdog:
 def _load(spec: str):
     mod_name, _, fn_name = spec.partition(":")
     if not mod_name or not fn_name:
-        raise AuditError(f"step must be module:function, got {spec!r}")
+        raise AuditError(f"`step` must be module:function, got {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -224,7 +225,7 @@ class UserWorkload:
 
     def __init__(self, spec: str, device: str, options: dict | None = None, timeout_s: float | None = None):
         if not isinstance(spec, str):
-            raise AuditError(f"step must be 'module:function', got {type(spec).__name__}")
+            raise AuditError(f"`step` must be 'module:function', got {type(spec).__name__}")
         self.options = dict(options or {})  # sweep values, passed to the function as keyword arguments
         fn = _load(spec)
         _check_signature(fn, spec, self.options)
@@ -249,13 +250,13 @@ class UserWorkload:
         except StepTimeout:
             assert limit is not None
             raise AuditError(
-                f"the step function {self.name} did not return within {limit[0]:g} s (the audit's budget_s"
+                f"the step function {self.name} did not return within {limit[0]:g} s (the audit's `budget_s`"
                 + (
                     f" x {COLD_FACTOR:g} for a first or warm-up call"
                     if limit[0] != (self._limit(False) or limit)[0]
                     else ""
                 )
-                + "): stopped; check it for a hang, or raise budget_s"
+                + "): stopped; check it for a hang, or raise `budget_s`"
             ) from None
         except SystemExit as e:
             raise AuditError(
@@ -268,9 +269,6 @@ class UserWorkload:
             ) from None
 
     def shape_items(self, batch: dict) -> frozenset:
-        # workloads re-exports this class (it imports this module at its top): imported here, not above
-        from vlmdata.audit.workloads import shape_items
-
         return shape_items(batch)
 
     def warm(self, batch: dict) -> None:
