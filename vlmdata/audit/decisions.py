@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import math
 
-from scipy.stats import kendalltau
-
 METRICS = ("samples_per_s", "nonpad_tokens_per_s")
 
 
@@ -60,6 +58,9 @@ def decide_configs(
         [label]}, "best"}}, "mocks": {name: {"choice", "real_best", "same", "kendall_tau", "regret",
         "choice_on_real", "line"}}, "misleading": [name], "line"}``.
     """
+    # scipy: heavy, needed only once configurations are ranked (`vlmdata audit --help` reads `label`)
+    from scipy.stats import kendalltau
+
     limit = None if memory_limit_gb is None else memory_limit_gb * 1e9
     labels = [label(c["values"]) for c in configs]
     names = list(dict.fromkeys(n for c in configs for n in c["sources"]))

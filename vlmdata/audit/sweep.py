@@ -6,7 +6,8 @@ the product of the sweeps. A user ``--step module:function`` workload receives e
 keyword argument (any key). Each configuration is one full audit (``run_audit``: paired sources, every
 shape warmed, interleaved rounds) with a model built for it; a source that runs out of memory is a result
 (``oom``), not a crash, and the sweep goes on. ``decisions.decide_configs`` then ranks the configurations
-per source and says which decisions each mock gets wrong.
+per source and says which decisions each mock gets wrong; the sweep's verdict (``sweep_verdict``) is
+MISLEADING, UNDECIDED (exit 4, like a single audit) or OK.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ from __future__ import annotations
 import gc
 import itertools
 import os
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch
 
+from vlmdata.audit.config import AuditConfig
 from vlmdata.audit.decisions import decide_configs, label
 from vlmdata.audit.inputs import AuditError
-from vlmdata.audit.runner import AuditConfig, run_audit
+from vlmdata.audit.runner import run_audit
+from vlmdata.audit.verdict import MORE
 from vlmdata.audit.workloads import PARALLEL, RECOMPUTE
 
 SWEEP_KEYS = ("micro_batch_size", "freeze_vision", "recompute", "parallel")
@@ -185,7 +188,7 @@ def run_sweep(
     return {
         "schema": "vlmdata.audit/2",
         "kind": "sweep",
-        "config": {**asdict(cfg), "sources": list(cfg.sources)},
+        "config": cfg.to_dict(),
         "environment": environment,
         "workload": workload,
         "sweep": {k: list(v) for k, v in sweep.items()},
@@ -197,15 +200,23 @@ def run_sweep(
 
 def sweep_verdict(results: list[dict], decisions: dict) -> dict:
     """MISLEADING when a mock's choice costs more than the threshold of real throughput, or when any
-    configuration's own verdict is MISLEADING; the line says the decisions first, then the gap at real's
-    best configuration."""
-    gap_bad = [r["label"] for r in results if (r["report"].get("verdict") or {}).get("status") == "MISLEADING"]
-    status = "MISLEADING" if decisions["misleading"] or gap_bad else "OK"
+    configuration's own verdict is MISLEADING; else UNDECIDED when any configuration's verdict is (a gate must
+    not pass it: measure longer), else OK. The line says the decisions first, then the gap at real's best
+    configuration."""
+    status_of = {r["label"]: (r["report"].get("verdict") or {}).get("status") for r in results}
+    gap_bad = [lab for lab, st in status_of.items() if st == "MISLEADING"]
+    undecided = [lab for lab, st in status_of.items() if st == "UNDECIDED"]
+    if decisions["misleading"] or gap_bad:
+        status = "MISLEADING"
+    else:
+        status = "UNDECIDED" if undecided else "OK"
     best = decisions["per_source"].get("real", {}).get("best")
     at_best = next((r["report"].get("verdict") for r in results if r["label"] == best), None)
     line = f"{status}: {decisions['line']}"
     if gap_bad:
         line += f"; the mock figure overstates real in {len(gap_bad)} of {len(results)} configurations"
+    if status == "UNDECIDED":
+        line += f"; the mock figure is undecided in {len(undecided)} of {len(results)} configurations: {MORE}"
     if at_best:
         line += f"; at real's best configuration ({best}): {at_best['line']}"
     return {
@@ -213,4 +224,5 @@ def sweep_verdict(results: list[dict], decisions: dict) -> dict:
         "line": line,
         "decisions_misleading": decisions["misleading"],
         "configs_misleading": gap_bad,
+        "configs_undecided": undecided,
     }

@@ -133,7 +133,7 @@ class _Watchdog:
             return
         try:
             sys.stderr.write(
-                f"error: the step {self.spec} did not return within {seconds:g} s (the audit's `budget_s`) and "
+                f"error: the step {self.spec} did not return within {seconds:g} s (the audit's budget_s) and "
                 "could not be interrupted (it is stuck outside Python); stopping\n"
             )
             sys.stderr.flush()
@@ -157,19 +157,19 @@ def _load(spec: str):
     try:
         module = importlib.import_module(mod_name)
     except ImportError as e:
-        raise AuditError(f"cannot load step {spec!r}: {e}") from None
+        raise AuditError(f"cannot load `step` {spec!r}: {e}") from None
     except SyntaxError as e:
-        raise AuditError(f"cannot load step {spec!r}: {e.msg} ({e.filename}:{e.lineno})") from None
+        raise AuditError(f"cannot load `step` {spec!r}: {e.msg} ({e.filename}:{e.lineno})") from None
     except (Exception, SystemExit) as e:  # the user's module raised while importing
         raise AuditError(
-            f"importing the step module {mod_name!r} raised {_describe(e)}{_user_frame(e.__traceback__)}"
+            f"importing the `step` module {mod_name!r} raised {_describe(e)}{_user_frame(e.__traceback__)}"
         ) from None
     try:
         fn = getattr(module, fn_name)
     except AttributeError:
-        raise AuditError(f"cannot load step {spec!r}: module {mod_name!r} has no attribute {fn_name!r}") from None
+        raise AuditError(f"cannot load `step` {spec!r}: module {mod_name!r} has no attribute {fn_name!r}") from None
     if not callable(fn):
-        raise AuditError(f"step {spec!r} is not callable")
+        raise AuditError(f"`step` {spec!r} is not callable")
     return fn
 
 
@@ -183,7 +183,7 @@ def _check_signature(fn, spec: str, options: dict) -> None:
     except TypeError as e:
         call = ", ".join(["batch", *[f"{k}=..." for k in options]])
         raise AuditError(
-            f"step {spec!r} has the signature {fn.__name__ if hasattr(fn, '__name__') else spec}{sig}, but the "
+            f"`step` {spec!r} has the signature {fn.__name__ if hasattr(fn, '__name__') else spec}{sig}, but the "
             f"audit calls it as ({call}): {e}"
         ) from None
 
@@ -192,7 +192,9 @@ def _number(v, what: str, spec: str) -> float | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise AuditError(f"the step function {spec} returned {what}={v!r}: expected a finite number >= 0 (or nothing)")
+        raise AuditError(
+            f"the `step` function {spec} returned {what}={v!r}: expected a finite number >= 0 (or nothing)"
+        )
     return v
 
 
@@ -204,7 +206,7 @@ def _checked(ret: Any, spec: str) -> dict:
     if times is not None:
         if not isinstance(times, dict) or not all(isinstance(k, str) for k in times):
             raise AuditError(
-                f"the step function {spec} returned times_ms={times!r:.100}: expected {{stage: milliseconds}}"
+                f"the `step` function {spec} returned times_ms={times!r:.100}: expected {{stage: milliseconds}}"
             )
         for k, v in times.items():
             _number(v, f"times_ms[{k!r}]", spec)
@@ -215,7 +217,7 @@ def _checked(ret: Any, spec: str) -> dict:
         try:
             loss = float(loss)  # a 0-d tensor
         except (TypeError, ValueError):
-            raise AuditError(f"the step function {spec} returned loss={loss!r:.100}: expected a number") from None
+            raise AuditError(f"the `step` function {spec} returned loss={loss!r:.100}: expected a number") from None
         ret = {**ret, "loss": loss}
     return ret
 
@@ -250,7 +252,7 @@ class UserWorkload:
         except StepTimeout:
             assert limit is not None
             raise AuditError(
-                f"the step function {self.name} did not return within {limit[0]:g} s (the audit's `budget_s`"
+                f"the `step` function {self.name} did not return within {limit[0]:g} s (the audit's `budget_s`"
                 + (
                     f" x {COLD_FACTOR:g} for a first or warm-up call"
                     if limit[0] != (self._limit(False) or limit)[0]
@@ -260,12 +262,12 @@ class UserWorkload:
             ) from None
         except SystemExit as e:
             raise AuditError(
-                f"the step function {self.name} called sys.exit({e.code!r}){_user_frame(e.__traceback__)}: a step must "
+                f"the `step` function {self.name} called sys.exit({e.code!r}){_user_frame(e.__traceback__)}: a step must "
                 "return (or raise); the audit stops without a verdict"
             ) from None
         except Exception as e:  # noqa: BLE001 - the user's code: their exception, reported as theirs
             raise AuditError(
-                f"the step function {self.name} raised {_describe(e)}{_user_frame(e.__traceback__)}"
+                f"the `step` function {self.name} raised {_describe(e)}{_user_frame(e.__traceback__)}"
             ) from None
 
     def shape_items(self, batch: dict) -> frozenset:
