@@ -17,9 +17,19 @@ stage's TFLOP/s.
 
 from __future__ import annotations
 
-__all__ = ["STAGES", "FORWARD_STAGES", "BACKWARD_STAGES", "STAGE_PARTS", "stage_times", "plain_layers", "stage_tflops"]
+__all__ = [
+    "STAGE_ORDER",
+    "STAGES",
+    "FORWARD_STAGES",
+    "BACKWARD_STAGES",
+    "STAGE_PARTS",
+    "stage_times",
+    "plain_layers",
+    "stage_tflops",
+]
 
-STAGES = (
+# every stage a report shows, in order (the one list of stage names)
+STAGE_ORDER = (
     "data_wait",
     "prep",
     "h2d",
@@ -31,10 +41,15 @@ STAGES = (
     "backward_head",
     "backward_decoder",
     "backward_vision",
+    "backward",  # a step that does not split its backward (older reports, user steps)
     "host_gap",
     "grad_sync",
     "optimizer",
+    "ep_all_to_all",  # modelled (vlmdata.audit.compose), not measured
+    "other",
 )
+NOT_TIMED = ("backward", "ep_all_to_all", "other")  # in reports only: unsplit backward, modelled, the rest
+STAGES = tuple(s for s in STAGE_ORDER if s not in NOT_TIMED)  # what TrainStep times
 FORWARD_STAGES = ("forward_other", "vision", "projector", "lm_forward", "lm_head_loss")
 BACKWARD_STAGES = ("backward_head", "backward_decoder", "backward_vision")
 

@@ -152,30 +152,13 @@ def run_sweep(
     for i, values in enumerate(configs):
         if on_config:
             on_config(i, len(configs), values)
-        workload_values = {k: v for k, v in values.items() if k != "micro_batch_size"}
-        c = replace(
-            cfg,
-            micro_batch_size=values.get("micro_batch_size", cfg.micro_batch_size),
-            workload_options={**cfg.workload_options, **(values if cfg.step else workload_values)},
-        )
-        sub = os.path.join(out_dir, f"config-{i}") if out_dir else None
         kwargs = dict(run_kwargs)
         if workload_factory is not None:
             kwargs["workload"] = workload_factory(values)
-        try:
-            report = build(run_audit(c, out_dir=sub, dist=dist, **kwargs))
-            environment = environment or report.get("environment")
-            workload = workload or report.get("workload")
-        except torch.OutOfMemoryError as e:  # e.g. the model itself does not fit: every source is oom
-            if dist is not None:
-                raise
-            report = {
-                "sources": {
-                    s: {"summary": None, "oom": {"where": "model", "error": str(e).splitlines()[0]}}
-                    for s in cfg.sources
-                },
-                "verdict": None,
-            }
+        sub = os.path.join(out_dir, f"config-{i}") if out_dir else None
+        report = _one_configuration(cfg, values, build, sub, dist, kwargs)
+        environment = environment or report.get("environment")
+        workload = workload or report.get("workload")
         results.append({"values": values, "label": label(values), "report": _compact(report)})
         gc.collect()
         if torch.cuda.is_available():
@@ -196,6 +179,25 @@ def run_sweep(
         "decisions": decisions,
         "verdict": sweep_verdict(results, decisions),
     }
+
+
+def _one_configuration(cfg: AuditConfig, values: dict, build: Callable, out_dir, dist, kwargs: dict) -> dict:
+    """One configuration's report: an audit with the sweep values (a user step gets all of them, the reference
+    workload all but ``micro_batch_size``, which is the run's); every source out of memory when the model
+    itself does not fit."""
+    workload_values = {k: v for k, v in values.items() if k != "micro_batch_size"}
+    c = replace(
+        cfg,
+        micro_batch_size=values.get("micro_batch_size", cfg.micro_batch_size),
+        workload_options={**cfg.workload_options, **(values if cfg.step else workload_values)},
+    )
+    try:
+        return build(run_audit(c, out_dir=out_dir, dist=dist, **kwargs))
+    except torch.OutOfMemoryError as e:  # e.g. the model itself does not fit: every source is oom
+        if dist is not None:
+            raise
+        oom = {"where": "model", "error": str(e).splitlines()[0]}
+        return {"sources": {s: {"summary": None, "oom": oom} for s in cfg.sources}, "verdict": None}
 
 
 def sweep_verdict(results: list[dict], decisions: dict) -> dict:

@@ -220,21 +220,8 @@ def decide(
         g = gaps(runs, src, real, seed)
         result["gaps"][src] = g
         result["attribution"][src] = stage_attribution(summaries[src], summaries[real], _significant(g))
-        if src == PROXY:
-            continue
-        states = {m: classify(ci, limit) for m, ci in g.items()}
-        for m, ci in g.items():
-            if ci is None or states[m] == WITHIN:
-                continue
-            entry = {"source": src, "metric": m, "ratio": ci["ratio"], "lo": ci["lo"], "hi": ci["hi"]}
-            if states[m] == OFFENDER:
-                result["offenders"].append({**entry, "confident": True})
-            else:
-                result["undecided"].append({**entry, "few_steps": ci["few_steps"]})
-        known = [x for x in states.values() if x is not None]
-        result["states"][src] = (
-            OFFENDER if OFFENDER in known else UNDECIDED if UNDECIDED in known or not known else WITHIN
-        )
+        if src != PROXY:
+            result["states"][src] = _judge(src, g, limit, result["offenders"], result["undecided"])
     judged = result["states"].values()
     result["status"] = "MISLEADING" if OFFENDER in judged else "UNDECIDED" if UNDECIDED in judged else "OK"
     if PROXY in result["gaps"]:
@@ -243,6 +230,21 @@ def decide(
     result["next_knob"] = result["knobs"][0]["knob"] if result["knobs"] else None
     result["line"] = verdict_line(result)
     return result
+
+
+def _judge(src: str, g: dict, limit: float, offenders: list, undecided: list) -> str:
+    """A mock's state over its gaps (``classify``), its offending and undecided metrics added to the lists."""
+    states = {m: classify(ci, limit) for m, ci in g.items()}
+    for m, ci in g.items():
+        if ci is None or states[m] == WITHIN:
+            continue
+        entry = {"source": src, "metric": m, "ratio": ci["ratio"], "lo": ci["lo"], "hi": ci["hi"]}
+        if states[m] == OFFENDER:
+            offenders.append({**entry, "confident": True})
+        else:
+            undecided.append({**entry, "few_steps": ci["few_steps"]})
+    known = [x for x in states.values() if x is not None]
+    return OFFENDER if OFFENDER in known else UNDECIDED if UNDECIDED in known or not known else WITHIN
 
 
 def host_noise(attribution: dict) -> bool:

@@ -37,7 +37,41 @@ def report_content(report: dict) -> dict:
         line and table non-empty; ``plot_metrics`` the rates (of ``GAP_METRICS``) both logs measured, the
         only plot a log comparison has (no environment, stage split or visual tokens: logs carry none).
     """
-    w, srcs, v = report["workload"], report["sources"], report.get("verdict") or {}
+    srcs, gaps = report["sources"], (report.get("verdict") or {}).get("gaps", {})
+    lines = _lines(report)
+    head = ["source", "ms/iteration", "p10-p90", "samples/s", "tokens/s", "TFLOP/s/GPU", "vs real"]
+    rows = []
+    for name in ("mock", "real"):
+        s = srcs[name]["summary"]
+        st = s["step_ms"]
+        g = gaps.get(name, {}).get("samples_per_s") or gaps.get(name, {}).get("tflops")
+        rows.append(
+            [
+                name,
+                f"{st['median']:.1f}",
+                f"{st['p10']:.0f}-{st['p90']:.0f}",
+                _f(s["rates"]["samples_per_s"]),
+                _f(s["rates"]["tokens_per_s"]),
+                _f(s["rates"]["tflops"]),
+                "1" if name == "real" else ("-" if not g else f"{g['ratio']:.2f}x"),
+            ]
+        )
+    tables = [("Per iteration, after warm-up (median of logged intervals)", head, rows)]
+    metrics = [m for m in GAP_METRICS if all(srcs[n]["summary"]["rates"].get(m) for n in ("mock", "real"))]
+    if gaps:
+        tables.append(
+            (
+                "mock/real gaps (95% CI)",
+                ["source / real", *[METRIC_LABELS[m] for m in metrics]],
+                [[src, *[_ci(g.get(m)) for m in metrics]] for src, g in gaps.items()],
+            )
+        )
+    return {"lines": lines, "tables": tables, "plot_metrics": metrics}
+
+
+def _lines(report: dict) -> list[tuple[str, str]]:
+    """(label, text): the workload, the image evidence, each log, the notes."""
+    w, srcs = report["workload"], report["sources"]
     img = w["images"]
     found = [f"{k}: {e}" for k, e in img["evidence"].items() if e]
     known = [
@@ -78,34 +112,4 @@ def report_content(report: dict) -> dict:
                 ),
             )
         )
-    for n in report.get("notes") or []:
-        lines.append(("Note", n))
-    gaps = v.get("gaps", {})
-    head = ["source", "ms/iteration", "p10-p90", "samples/s", "tokens/s", "TFLOP/s/GPU", "vs real"]
-    rows = []
-    for name in ("mock", "real"):
-        s = srcs[name]["summary"]
-        st = s["step_ms"]
-        g = gaps.get(name, {}).get("samples_per_s") or gaps.get(name, {}).get("tflops")
-        rows.append(
-            [
-                name,
-                f"{st['median']:.1f}",
-                f"{st['p10']:.0f}-{st['p90']:.0f}",
-                _f(s["rates"]["samples_per_s"]),
-                _f(s["rates"]["tokens_per_s"]),
-                _f(s["rates"]["tflops"]),
-                "1" if name == "real" else ("-" if not g else f"{g['ratio']:.2f}x"),
-            ]
-        )
-    tables = [("Per iteration, after warm-up (median of logged intervals)", head, rows)]
-    metrics = [m for m in GAP_METRICS if all(srcs[n]["summary"]["rates"].get(m) for n in ("mock", "real"))]
-    if gaps:
-        tables.append(
-            (
-                "mock/real gaps (95% CI)",
-                ["source / real", *[METRIC_LABELS[m] for m in metrics]],
-                [[src, *[_ci(g.get(m)) for m in metrics]] for src, g in gaps.items()],
-            )
-        )
-    return {"lines": lines, "tables": tables, "plot_metrics": metrics}
+    return lines + [("Note", n) for n in report.get("notes") or []]
