@@ -36,7 +36,7 @@ from vlmdata.audit.defaults import DEVICE_DEFAULTS
 from vlmdata.audit.guard import check_device_name
 from vlmdata.audit.inputs import SOURCES, AuditError, check_loader_options, check_sources
 from vlmdata.audit.model_config import ATTENTION, PRESETS
-from vlmdata.audit.run_spec import RECOMPUTE, SEQ_POLICIES
+from vlmdata.audit.run_spec import PARALLEL_FIELDS, RECOMPUTE, SEQ_POLICIES
 from vlmdata.audit.verdict import DEFAULT_THRESHOLD, PROXY_TOLERANCE
 from vlmdata.errors import OptionsError
 from vlmdata.loaders.options import LoaderOptions
@@ -65,20 +65,9 @@ AUDIT_LOADER_FIELDS: dict[str, str | None] = {
     "packing": "`seq_policy`",
     "num_epochs": None,
 }
-_POSITIVE = (
-    "seq_length",
-    "micro_batch_size",
-    "global_batch_size",
-    "tp",
-    "pp",
-    "ep",
-    "cp",
-    "etp",
-    "dp",
-    "slice_layers",
-    "min_steps",
-    "max_steps",
-    "block",
+_POSITIVE = (  # integer settings >= 1 when given
+    *("seq_length", "micro_batch_size", "global_batch_size", *PARALLEL_FIELDS, "slice_layers"),
+    *("min_steps", "max_steps", "block"),
 )
 _CHOICES = {"seq_policy": SEQ_POLICIES, "recompute": RECOMPUTE, "logits": LOGITS, "preset": tuple(PRESETS)}
 _LOADER_DEFAULTS = LoaderOptions()

@@ -25,6 +25,20 @@ import numpy as np
 
 from vlmdata.audit.stages import STAGE_ORDER
 
+# the work fields of a step record, summed over its micro-batches (and over ranks)
+SUMMED = (
+    "samples",
+    "images",
+    "patches",
+    "tokens_total",
+    "tokens_nonpad",
+    "tokens_loss",
+    "tokens_visual",
+    "tokens_padding",
+)
+# model FLOPs of a micro-batch (``flops.step_flops``); a step record names the first one "flops"
+FLOP_FIELDS = ("total_flops", "lm_flops", "lm_layers_flops", "lm_head_flops", "vision_flops", "projector_flops")
+
 # rate name -> work field (divided by total step seconds)
 RATES = {
     "samples_per_s": "samples",

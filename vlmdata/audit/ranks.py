@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from vlmdata.audit.metrics import FLOP_FIELDS, SUMMED
 from vlmdata.audit.stages import FORWARD_STAGES
 
 __all__ = ["merge_ranks", "stragglers"]
@@ -27,24 +28,7 @@ def merge_ranks(per_rank: list[list[dict]]) -> list[dict]:
             "data_wait_ms": max(r["data_wait_ms"] for r in recs),
             "wait_kind": "epoch_boundary" if any(r.get("wait_kind") == "epoch_boundary" for r in recs) else "steady",
         }
-        for k in (
-            "samples",
-            "images",
-            "patches",
-            "tokens_total",
-            "tokens_nonpad",
-            "tokens_loss",
-            "tokens_visual",
-            "tokens_padding",
-            "flops",
-            "lm_flops",
-            "lm_layers_flops",
-            "lm_head_flops",
-            "vision_flops",
-            "projector_flops",
-            "patch_sq",
-            "first_seen_shapes",
-        ):
+        for k in (*SUMMED, "flops", *FLOP_FIELDS[1:], "patch_sq", "first_seen_shapes"):
             vals = [r.get(k) for r in recs]
             m[k] = None if any(v is None for v in vals) else sum(vals)
         stages = {k for r in recs for k in (r.get("times_ms") or {})}

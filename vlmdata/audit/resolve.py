@@ -34,27 +34,16 @@ from vlmdata.audit.model_config import (
     read_model_config,
     shape_from_bridge,
 )
-from vlmdata.audit.run_spec import RunSpec, RunSpecError
+from vlmdata.audit.run_spec import PARALLEL_FIELDS, RunSpec, RunSpecError
 
 __all__ = ["Resolved", "resolve", "bridge_packs", "BRIDGE_RUN_FIELDS"]
 
 # the fraction of a GPU's memory a whole model's training state may take before the audit measures a slice
 WHOLE_MODEL_MEMORY_FRACTION = 0.5
 SLICE_PLAIN_LAYERS = 2  # decoder layers without DeepStack additions in a default slice (compose's per-layer cost)
-BRIDGE_RUN_FIELDS = (
-    "micro_batch_size",
-    "global_batch_size",
-    "seq_length",
-    "tp",
-    "pp",
-    "ep",
-    "cp",
-    "etp",
-    "dp",
-    "freeze_language_model",
-    "freeze_vision_model",
-    "freeze_vision_projection",
-    "recompute",
+BRIDGE_RUN_FIELDS = (  # the run's settings a Bridge config may give
+    *("micro_batch_size", "global_batch_size", "seq_length", *PARALLEL_FIELDS),
+    *("freeze_language_model", "freeze_vision_model", "freeze_vision_projection", "recompute"),
     "use_distributed_optimizer",
 )
 

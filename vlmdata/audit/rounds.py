@@ -24,23 +24,12 @@ import torch
 from vlmdata.audit.census import Sources
 from vlmdata.audit.compose import compose_record
 from vlmdata.audit.live_loaders import LiveLoaders
+from vlmdata.audit.metrics import FLOP_FIELDS, SUMMED
 from vlmdata.audit.stop import StopRule
 from vlmdata.audit.warmup import Warmup
 from vlmdata.audit.workloads import batch_shape
 
 __all__ = ["MeasuredRounds", "micro_shape", "global_record", "SUMMED", "FLOP_FIELDS"]
-
-SUMMED = (
-    "samples",
-    "images",
-    "patches",
-    "tokens_total",
-    "tokens_nonpad",
-    "tokens_loss",
-    "tokens_visual",
-    "tokens_padding",
-)
-FLOP_FIELDS = ("total_flops", "lm_flops", "lm_layers_flops", "lm_head_flops", "vision_flops", "projector_flops")
 
 
 class MeasuredRounds:
