@@ -70,7 +70,7 @@ class WorkloadMismatch(LogError):
         super().__init__(
             "the logs are of different workloads: "
             + "; ".join(f"{what} {a} (mock) vs {b} (real)" for what, a, b in differences)
-            + "; compare two runs of one workload, or compare them anyway with `allow_mismatch`"
+            + "; compare two runs of one workload, or pass `allow_mismatch`"
         )
 
 
