@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     paths = write_report(merged, args.out)
     print(merged["verdict"]["line"])
     print("report:", ", ".join(paths.values()))
-    return 3 if merged["verdict"]["status"] == "MISLEADING" else 0
+    return {"MISLEADING": 3, "UNDECIDED": 4}.get(merged["verdict"]["status"], 0)
 
 
 if __name__ == "__main__":

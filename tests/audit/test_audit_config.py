@@ -5,8 +5,9 @@ import pytest
 from audit_fakes import SMALL_PIXELS, FakeClock, ShapeCostWorkload
 
 from vlmdata.audit.bridge_config import read_bridge_config
-from vlmdata.audit.config import DEVICE_DEFAULTS, AuditConfig, bridge_packs, resolve
+from vlmdata.audit.config import DEVICE_DEFAULTS, AuditConfig
 from vlmdata.audit.inputs import AuditError
+from vlmdata.audit.resolve import bridge_packs, resolve
 from vlmdata.audit.runner import run_audit
 from vlmdata.cli.main import parser as build_parser
 
@@ -53,10 +54,10 @@ def test_packing_means_real_packing():
 
 
 def test_bad_settings_are_audit_errors():
-    with pytest.raises(AuditError, match="multiple of micro_batch_size"):
+    with pytest.raises(AuditError, match="multiple of `micro_batch_size`"):
         resolve(AuditConfig(global_batch_size=3))
     with pytest.raises(AuditError, match="device"):
-        AuditConfig(device="tpu").check()
+        AuditConfig(device="tpu")
 
 
 def test_cli_flags_reach_the_config():
@@ -89,6 +90,37 @@ def test_cli_flags_reach_the_config():
     assert cfg.slice_layers == 3 and cfg.attention == "sdpa" and cfg.warmup is None
     r = resolve(cfg)
     assert r.run.micro_batches == 16 // (2 * 2) and r.sources["recompute"] == "flag"
+
+
+def test_the_cli_and_the_api_run_the_same_audit_with_no_arguments():
+    """Every default lives in the library: `vlmdata audit` with no arguments and `run_audit(AuditConfig())`
+    make the same config and resolve it into the same run (the result's `config` dict)."""
+    from vlmdata.audit.plan import make_plan
+    from vlmdata.cli.commands.audit import config_from
+
+    cli = config_from(build_parser(["audit"]).parse_args(["audit"]))
+    assert cli == AuditConfig()
+    assert make_plan(cli).config_dict() == make_plan(AuditConfig()).config_dict()
+    assert make_plan(cli).config_dict()["loader_options"] == {}
+
+
+def test_audit_config_validates_itself_and_names_the_parameter():
+    for kw, name in (
+        ({"block": 0}, "`block`"),
+        ({"warmup": -1}, "`warmup`"),
+        ({"precision": 2.0}, "`precision`"),
+        ({"seq_policy": "pad64"}, "`seq_policy`"),
+        ({"loader_options": {"seq_length": 512}}, "`loader_options`: seq_length is set by the audit"),
+        ({"loader_options": {"exact_image": True}}, "`loader_options`: unknown loader option 'exact_image'"),
+        ({"loader_options": {"images": "drop"}}, "`loader_options`: loader option images="),
+    ):
+        with pytest.raises(AuditError, match=name):
+            AuditConfig(**kw)
+    cfg = AuditConfig(loader_options=SMALL_PIXELS)
+    assert cfg.loader_changes() == SMALL_PIXELS and cfg.to_dict()["loader_options"] == SMALL_PIXELS
+    with pytest.raises(AuditError, match="did you mean `seq_length`"):
+        cfg.replace(seq_lenght=512)
+    assert cfg.replace(seq_length=512).seq_length == 512
 
 
 def test_runner_measures_global_steps():

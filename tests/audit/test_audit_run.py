@@ -126,7 +126,7 @@ def test_report_names_definitions_and_method(order_runs, tmp_path):
 
 
 def test_seq_length_too_short_fails_before_training():
-    with pytest.raises(Exception, match=r"samples in the first .* need more than seq_length=128 tokens"):
+    with pytest.raises(Exception, match=r"samples in the first .* need more than `seq_length`=128 tokens"):
         run_audit(
             AuditConfig(sources=("imagefree", "real"), seq_length=128, min_steps=3, max_steps=3, block=3),
             clock=FakeClock(),
@@ -231,7 +231,18 @@ SMALL_ARGS = ["--loader-arg", "min_pixels=1024", "--loader-arg", "max_pixels=163
 
 
 def test_cli_user_step_exit_codes(tmp_path, capsys):
-    args = ["audit", "--sources", "imagefree,bridge-noise,real", "--steps", "6", "--global-batch-size", "2", "--seq-length", "512", *SMALL_ARGS]
+    args = [
+        "audit",
+        "--sources",
+        "imagefree,bridge-noise,real",
+        "--steps",
+        "6",
+        "--global-batch-size",
+        "2",
+        "--seq-length",
+        "512",
+        *SMALL_ARGS,
+    ]
     assert main(args + ["--step", "audit_sleepy_step:by_visual_tokens", "-o", str(tmp_path)]) == 3
     out = capsys.readouterr().out
     assert "MISLEADING (limit 1.10x): imagefree overstates real samples/s" in out

@@ -44,11 +44,11 @@ def test_micro_batches_per_optimizer_step():
 @pytest.mark.parametrize(
     "kw, match",
     [
-        ({"global_batch_size": 31}, "multiple of micro_batch_size"),
+        ({"global_batch_size": 31}, "multiple of `micro_batch_size`"),
         ({"ep": 8, "dp": 4}, "must divide"),
         ({"seq_policy": "pad64"}, "seq_policy"),
         ({"recompute": "partial"}, "recompute"),
-        ({"tp": 0}, "tp must be"),
+        ({"tp": 0}, "`tp` must be"),
         ({"micro_batch_size": True}, "micro_batch_size"),
     ],
 )

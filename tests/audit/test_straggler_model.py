@@ -321,7 +321,7 @@ def test_plot_returns_png():
         (dict(micro_batches_per_rank=0), "micro_batches_per_rank"),
         (dict(sync="all_reduce"), "sync"),
         (dict(steps=1), "steps"),
-        (dict(real="nope"), "real='nope'"),
+        (dict(real="nope"), "`real`='nope'"),
         (dict(padded_len=lambda n, b: n - 1), "padded_len"),
     ],
 )

@@ -72,21 +72,28 @@ field's path and the file. Every error is a ``BridgeConfigError`` whose message 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from vlmdata import storage
+from vlmdata.audit.bridge_yaml import RECOMPUTE_GRANULARITIES, RECOMPUTE_METHODS, ConfigDoc, load_config
 from vlmdata.errors import BridgeConfigError
+
+__all__ = [
+    "BridgeRun",
+    "BridgeConfigError",
+    "read_bridge_config",
+    "MAX_BYTES",
+    "SECTIONS",
+    "PACKING_KEYS",
+    "MODEL_FIELDS",
+    "RECOMPUTE_GRANULARITIES",
+    "RECOMPUTE_METHODS",
+]
 
 MAX_BYTES = 16 << 20
 """Largest config file read (a Bridge ``run_config.yaml`` is about 30 KB)."""
 
 SECTIONS = ("train", "model", "dataset", "ddp", "optimizer", "comm_overlap")
-RECOMPUTE_GRANULARITIES = ("selective", "full")
-RECOMPUTE_METHODS = ("uniform", "block")
 PACKING_KEYS = (
     "enable_in_batch_packing",
     "defer_in_batch_packing_to_step",
@@ -135,10 +142,6 @@ MODEL_FIELDS: dict[str, str] = {
     "vision_config.fullatt_block_indexes": "int_list",
 }
 
-_MISSING: Any = object()
-_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}$")
-_MAX_REF_DEPTH = 16
-
 
 @dataclass(frozen=True)
 class BridgeRun:
@@ -182,7 +185,7 @@ def read_bridge_config(path: str) -> BridgeRun:
         BridgeConfigError: the file is missing, not a regular file, too large, not YAML, not a Bridge config
             mapping, or a field has the wrong type or an unresolvable interpolation; the message names the file.
     """
-    doc = _Doc(path, _load(path))
+    doc = ConfigDoc(path, load_config(path, MAX_BYTES, SECTIONS))
     sources: dict[str, str] = {}
 
     def take(name: str, paths: tuple[str, ...], kind: str):
@@ -220,157 +223,7 @@ def _model_paths(key: str) -> tuple[str, ...]:
     return (f"model.{key}", f"model.transformer.{key}")
 
 
-def _load(path: str) -> dict:
-    """The file's top-level mapping (BridgeConfigError for everything that stops it being one)."""
-    try:
-        local = storage.local(path)
-    except storage.CredentialsInURL as e:
-        raise BridgeConfigError(f"{storage.redact(path)}: {e}", path) from None
-    if storage.is_url(local):
-        raise BridgeConfigError(f"{storage.redact(path)}: a Bridge config must be a local file", path)
-    try:
-        data = storage.read_regular(local, MAX_BYTES, "the Bridge config")
-    except FileNotFoundError:
-        raise BridgeConfigError(f"{path}: no such file", path) from None
-    except (storage.NotRegularFile, storage.FileTooLarge) as e:
-        raise BridgeConfigError(f"{path}: {e.strerror}", path) from None
-    except OSError as e:
-        raise BridgeConfigError(f"{path}: cannot be read ({e.strerror or e})", path) from None
-    try:
-        root = yaml.safe_load(data)
-    except yaml.YAMLError as e:
-        raise BridgeConfigError(f"{path}: not valid YAML ({_yaml_problem(e)})", path) from None
-    except RecursionError:
-        raise BridgeConfigError(f"{path}: not usable as YAML (nested too deeply)", path) from None
-    if not isinstance(root, dict):
-        raise BridgeConfigError(
-            f"{path}: not a Megatron Bridge config (the YAML document is {_kind(root)}, not a mapping)", path
-        )
-    if not any(s in root for s in SECTIONS) and "data_parallel_size" not in root:
-        raise BridgeConfigError(
-            f"{path}: not a Megatron Bridge config (none of the sections {', '.join(SECTIONS)} is present)", path
-        )
-    return root
-
-
-def _yaml_problem(e: yaml.YAMLError) -> str:
-    problem = getattr(e, "problem", None)
-    mark = getattr(e, "problem_mark", None)
-    if problem and mark is not None:
-        return f"{problem}, line {mark.line + 1} column {mark.column + 1}"
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "empty"
-    if isinstance(value, bool):
-        return f"the boolean {value}"
-    if isinstance(value, (int, float)):
-        return f"the number {value!r}"
-    if isinstance(value, str):
-        return f"the string {value[:40]!r}"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return f"a {type(value).__name__}"
-
-
-class _Doc:
-    """Dotted-path access to the loaded YAML, with whole-value ``${a.b}`` references resolved and values checked."""
-
-    def __init__(self, path: str, root: dict):
-        self.path = path
-        self.root = root
-
-    def error(self, where: str, problem: str) -> BridgeConfigError:
-        return BridgeConfigError(f"{self.path}: {where} {problem}", self.path, where)
-
-    def get(self, dotted: str) -> Any:
-        """The value at ``dotted`` (``_MISSING`` when a key on the way is absent)."""
-        return self._get(dotted, set())
-
-    def _get(self, dotted: str, seen: set[str]) -> Any:
-        node: Any = self.root
-        walked: list[str] = []
-        for key in dotted.split("."):
-            if not isinstance(node, dict):
-                if node is None:
-                    return _MISSING  # a null section (``comm_overlap: null``) holds nothing
-                raise self.error(".".join(walked), f"is {_kind(node)}, not a mapping")
-            if key not in node:
-                return _MISSING
-            walked.append(key)
-            node = self._resolve(".".join(walked), node[key], seen)
-        return node
-
-    def _resolve(self, where: str, value: Any, seen: set[str]) -> Any:
-        if not isinstance(value, str) or "${" not in value:
-            return value
-        ref = _REF.match(value)
-        if ref is None:
-            raise self.error(
-                where,
-                f"is the OmegaConf interpolation {value[:80]!r}; only a whole-value reference to another key of the "
-                "file (${section.key}) is resolved",
-            )
-        target = ref.group(1)
-        if target in seen or len(seen) >= _MAX_REF_DEPTH:
-            raise self.error(where, f"is a circular or too deep reference ({value!r})")
-        resolved = self._get(target, seen | {target})
-        if resolved is _MISSING:
-            raise self.error(where, f"refers to {target}, which the file does not have")
-        return resolved
-
-    def first(self, paths: tuple[str, ...], kind: str) -> tuple[Any, str | None]:
-        """The checked value of the first of ``paths`` present, and that path (``(None, None)`` when none is)."""
-        for dotted in paths:
-            value = self.get(dotted)
-            if value is not _MISSING:
-                return self.check(dotted, value, kind), dotted
-        return None, None
-
-    def check(self, where: str, value: Any, kind: str) -> Any:
-        if value is None:
-            return None
-        if kind in ("int", "int0"):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise self.error(where, f"must be an integer, not {_kind(value)}")
-            low = 0 if kind == "int0" else 1
-            if value < low:
-                raise self.error(where, f"must be at least {low}, not {value}")
-            return value
-        if kind == "bool":
-            if not isinstance(value, bool):
-                raise self.error(where, f"must be true or false, not {_kind(value)}")
-            return value
-        if kind == "str":
-            if not isinstance(value, str):
-                raise self.error(where, f"must be a string, not {_kind(value)}")
-            return value
-        if kind == "int_list":
-            if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
-                raise self.error(where, f"must be a list of integers, not {_kind(value)}")
-            return list(value)
-        if kind == "str_list":
-            if not isinstance(value, list) or any(not isinstance(v, str) for v in value):
-                raise self.error(where, f"must be a list of strings, not {_kind(value)}")
-            return list(value)
-        if kind == "recompute":
-            return self._choice(where, value, RECOMPUTE_GRANULARITIES)
-        if kind == "recompute_method":
-            return self._choice(where, value, RECOMPUTE_METHODS)
-        raise AssertionError(kind)
-
-    def _choice(self, where: str, value: Any, allowed: tuple[str, ...]) -> str:
-        if value not in allowed:
-            names = " | ".join(repr(a) for a in allowed)
-            raise self.error(where, f"must be null or one of {names}, not {_kind(value)}")
-        return value
-
-
-def _seq_length(doc: _Doc, sources: dict[str, str]) -> int | None:
+def _seq_length(doc: ConfigDoc, sources: dict[str, str]) -> int | None:
     model, model_at = doc.first(_model_paths("seq_length"), "int")
     data, data_at = doc.first(("dataset.seq_length",), "int")
     if model is not None and data is not None and model != data:
@@ -388,7 +241,7 @@ def _seq_length(doc: _Doc, sources: dict[str, str]) -> int | None:
     return value
 
 
-def _data_parallel(doc: _Doc, sources: dict[str, str]) -> int | None:
+def _data_parallel(doc: ConfigDoc, sources: dict[str, str]) -> int | None:
     found = []
     for dotted in ("data_parallel_size", "comm_overlap.data_parallel_size"):
         value, where = doc.first((dotted,), "int")
@@ -405,7 +258,7 @@ def _data_parallel(doc: _Doc, sources: dict[str, str]) -> int | None:
     return value
 
 
-def _recompute_detail(doc: _Doc, sources: dict[str, str]) -> dict:
+def _recompute_detail(doc: ConfigDoc, sources: dict[str, str]) -> dict:
     detail = {}
     for key, kind in (
         ("recompute_method", "recompute_method"),
@@ -419,7 +272,7 @@ def _recompute_detail(doc: _Doc, sources: dict[str, str]) -> dict:
     return detail
 
 
-def _packing(doc: _Doc, sources: dict[str, str]) -> tuple[bool | None, dict]:
+def _packing(doc: ConfigDoc, sources: dict[str, str]) -> tuple[bool | None, dict]:
     detail = {}
     flags = {}
     for key in PACKING_KEYS:
@@ -433,7 +286,7 @@ def _packing(doc: _Doc, sources: dict[str, str]) -> tuple[bool | None, dict]:
     return _any_on(flags, "packing", sources), detail
 
 
-def _distributed_optimizer(doc: _Doc, sources: dict[str, str]) -> bool | None:
+def _distributed_optimizer(doc: ConfigDoc, sources: dict[str, str]) -> bool | None:
     flags = {}
     for dotted in ("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"):
         value, where = doc.first((dotted,), "bool")
@@ -453,7 +306,7 @@ def _any_on(flags: dict[str, bool | None], name: str, sources: dict[str, str]) -
     return True if on else (False if stated else None)
 
 
-def _model_fields(doc: _Doc, sources: dict[str, str]) -> dict:
+def _model_fields(doc: ConfigDoc, sources: dict[str, str]) -> dict:
     fields = {}
     for key, kind in MODEL_FIELDS.items():
         value, where = doc.first(_model_paths(key), kind)

@@ -1,65 +1,80 @@
-"""``AuditConfig``: everything one audit run needs, its defaults (once, here), and how they resolve.
+"""``AuditConfig``: everything one audit run needs, frozen and validated on construction; its defaults live here
+(and, per device, in ``vlmdata.audit.defaults``), the CLI reads them from here.
 
-``AuditConfig`` holds what the caller gave; ``None`` means "not given". ``resolve(cfg)`` fills in, in this
-order of precedence, for every setting of the run:
+``AuditConfig`` holds what the caller gave; ``None`` means "not given": ``vlmdata.audit.resolve`` fills it in,
+in this order of precedence: what the caller gave, the user's Megatron Bridge config (``bridge_config``), the
+model's ``config.json`` (``model_config``), the device's defaults (``DEVICE_DEFAULTS``).
 
-1. what the caller gave (``"flag"``: a CLI flag or an API argument);
-2. the user's Megatron Bridge config (``bridge_config``: a ``ConfigContainer`` YAML as Bridge writes it;
-   ``vlmdata.audit.bridge_config``): micro and global batch size, seq_length, TP/PP/EP/CP/ETP, freezing,
-   recompute, packing, the distributed optimizer;
-3. the model's ``config.json`` (``model_config``; ``vlmdata.audit.model_config``) for the model's shape;
-4. the device's defaults (``DEVICE_DEFAULTS``; CPU: the demo's tiny model; CUDA: the ``h200`` preset and the
-   Qwen3-VL-30B-A3B SFT recipe's global batch on one data-parallel rank).
+A bad value raises ``AuditConfigError`` (an ``AuditError`` and an ``OptionsError``) naming the parameter
+(```block```, ```loader_options```); ``replace(**changes)`` validates the copy and refuses a name that is not
+a setting, with the closest one.
 
-It returns a ``Resolved``: the ``RunSpec`` (``vlmdata.audit.run_spec``), the ``ModelShape``, the slice the
-GPU measures (whole model, or ``slice_layers`` decoder layers and experts / EP per layer:
-``vlmdata.audit.compose``), the measurement settings, and ``sources``: where each setting came from.
+The loader: ``loader_options`` is a ``LoaderOptions`` (a mapping of its fields is accepted and turned into
+one) holding how samples become batches (pixel limits, resize, the fast image path, ``image_device``, ...).
+The fields the audit sets itself for every source (``AUDIT_LOADER_FIELDS``: the model family, ``seq_length``,
+``micro_batch_size``, ``seed``, ``num_workers``, the padding of ``seq_policy``, endless epochs) have one home,
+this object's own settings, and must stay at their defaults there. ``loader_changes()`` are the user's
+fields that differ from ``LoaderOptions``' defaults: what every source's loader gets on top of the audit's.
+
+Light to import (no torch: ``vlmdata audit --help`` reads the defaults); the device is checked with torch
+when a config is made.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import difflib
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from vlmdata import sample_data_path
-from vlmdata.audit.bridge_config import BridgeRun, read_bridge_config
 from vlmdata.audit.defaults import DEVICE_DEFAULTS
-from vlmdata.audit.inputs import SOURCES, AuditError, check_sources
-from vlmdata.audit.model_config import (
-    FAMILIES,
-    ModelConfigError,
-    ModelShape,
-    preset_shape,
-    read_model_config,
-    shape_from_bridge,
-)
-from vlmdata.audit.run_spec import RunSpec, RunSpecError
+from vlmdata.audit.guard import check_device_name
+from vlmdata.audit.inputs import SOURCES, AuditError, check_loader_options, check_sources
+from vlmdata.audit.model_config import ATTENTION, PRESETS
+from vlmdata.audit.run_spec import PARALLEL_FIELDS, RECOMPUTE, SEQ_POLICIES
 from vlmdata.audit.verdict import DEFAULT_THRESHOLD, PROXY_TOLERANCE
+from vlmdata.errors import OptionsError
+from vlmdata.loaders.options import LoaderOptions
 
-# the fraction of a GPU's memory a whole model's training state may take before the audit measures a slice
-WHOLE_MODEL_MEMORY_FRACTION = 0.5
-SLICE_PLAIN_LAYERS = 2  # decoder layers without DeepStack additions in a default slice (compose's per-layer cost)
-BRIDGE_RUN_FIELDS = (
-    "micro_batch_size",
-    "global_batch_size",
-    "seq_length",
-    "tp",
-    "pp",
-    "ep",
-    "cp",
-    "etp",
-    "dp",
-    "freeze_language_model",
-    "freeze_vision_model",
-    "freeze_vision_projection",
-    "recompute",
-    "use_distributed_optimizer",
+__all__ = [
+    "AuditConfig",
+    "AuditConfigError",
+    "AUDIT_LOADER_FIELDS",
+    "DEVICE_DEFAULTS",
+    "LOGITS",
+    "default_real",
+    "default_workers",
+    "device_kind",
+]
+
+LOGITS = ("all", "loss")
+# LoaderOptions fields the audit sets for every source, and the setting that decides each (None: the audit)
+AUDIT_LOADER_FIELDS: dict[str, str | None] = {
+    "model": "`preset` or `model_config`",
+    "seq_length": "`seq_length`",
+    "micro_batch_size": "`micro_batch_size`",
+    "seed": "`seed`",
+    "num_workers": "`num_workers`",
+    "pad_to_max_length": "`seq_policy`",
+    "pad_to_multiple_of": "`seq_policy`",
+    "packing": "`seq_policy`",
+    "num_epochs": None,
+}
+_POSITIVE = (  # integer settings >= 1 when given
+    *("seq_length", "micro_batch_size", "global_batch_size", *PARALLEL_FIELDS, "slice_layers"),
+    *("min_steps", "max_steps", "block"),
 )
+_CHOICES = {"seq_policy": SEQ_POLICIES, "recompute": RECOMPUTE, "logits": LOGITS, "preset": tuple(PRESETS)}
+_LOADER_DEFAULTS = LoaderOptions()
+
+
+class AuditConfigError(AuditError, OptionsError):
+    """An ``AuditConfig`` setting is invalid; the message names the parameter (```block```)."""
 
 
 def default_real() -> str:
@@ -71,15 +86,14 @@ def default_real() -> str:
 
 
 def device_kind(device: str) -> str:
-    try:
-        return "cuda" if torch.device(device).type == "cuda" else "cpu"
-    except (RuntimeError, TypeError, ValueError):
-        raise AuditError(f"device must be cpu, cuda or cuda:N, got {device!r}") from None
+    """ "cuda" or "cpu" for a device text (``AuditConfigError`` naming ```device``` when it is neither)."""
+    check_device_name(device)
+    return "cuda" if device.strip().startswith("cuda") else "cpu"
 
 
 @dataclass(frozen=True)
 class AuditConfig:
-    """One audit run's settings; ``None``: not given (``resolve`` fills it in). Validated by ``check()``."""
+    """One audit run's settings (module docstring); ``None``: not given (``vlmdata.audit.resolve`` fills it in)."""
 
     real: str | None = None  # None: the embedded sample data
     profile: str | None = None  # sample the synthetic source from this profile (unpaired) instead of the twin
@@ -112,7 +126,7 @@ class AuditConfig:
     link_gbps: float = 200.0  # per-GPU all-to-all bandwidth the modelled expert-parallel term assumes
     # the loader
     num_workers: int | None = None  # loader workers per source and rank; None: 0 on CPU, auto on CUDA
-    loader_options: dict[str, Any] = field(default_factory=dict)  # other make_loader options
+    loader_options: LoaderOptions | Mapping[str, Any] = field(default_factory=LoaderOptions)  # module docstring
     # the measurement
     warmup: int | None = None  # untimed global steps per source after its loader starts
     min_steps: int | None = None  # global steps per source before stopping; None: one epoch of real
@@ -125,31 +139,24 @@ class AuditConfig:
     warm_shapes: bool = True  # False skips the shape warm-up: only to show what it prevents
     workload_options: dict[str, Any] = field(default_factory=dict)  # sweep values (recompute, parallel, ...)
 
-    def check(self) -> None:
-        check_sources(tuple(self.sources))
-        device_kind(self.device)
-        d = self.defaults()
-        min_steps, max_steps = self.min_steps, self.max_steps or d["max_steps"]
-        if (self.block or d["block"]) < 1 or (min_steps is not None and not 1 <= min_steps <= max_steps):
-            raise AuditError(
-                f"need block >= 1 and 1 <= min_steps <= max_steps (got block={self.block}, "
-                f"min_steps={self.min_steps}, max_steps={self.max_steps})"
-            )
-        if self.warmup is not None and self.warmup < 0:
-            raise AuditError(f"warmup must be >= 0, got {self.warmup}")
-        budget = self.budget_s if self.budget_s is not None else d["budget_s"]
-        if not budget > 0 or not 0 < self.precision < 1:
-            raise AuditError(f"need budget_s > 0 and 0 < precision < 1 (got {budget}, {self.precision})")
-        if self.num_workers is not None and self.num_workers < 0:
-            raise AuditError(f"num_workers must be >= 0, got {self.num_workers}")
-        if self.slice_layers is not None and self.slice_layers < 1:
-            raise AuditError(f"slice_layers must be >= 1, got {self.slice_layers}")
-        if not self.link_gbps > 0:
-            raise AuditError(f"link_gbps must be > 0, got {self.link_gbps}")
-        if self.attention not in ("varlen", "sdpa"):
-            raise AuditError(f"attention must be varlen or sdpa, got {self.attention!r}")
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", _sources(self.sources))
+        object.__setattr__(self, "loader_options", _loader_options(self.loader_options))
+        _check_settings(self)
+        _check_measurement(self)
+
+    @property
+    def loader(self) -> LoaderOptions:
+        """``loader_options`` as the ``LoaderOptions`` it always is once made."""
+        assert isinstance(self.loader_options, LoaderOptions)  # __post_init__ made it one
+        return self.loader_options
+
+    def loader_changes(self) -> dict[str, Any]:
+        """The user's loader fields that differ from ``LoaderOptions``' defaults (every source gets them)."""
+        return {k: v for k, v in self.loader.to_dict().items() if v != getattr(_LOADER_DEFAULTS, k)}
 
     def defaults(self) -> dict[str, Any]:
+        """The device's defaults (``DEVICE_DEFAULTS``)."""
         return DEVICE_DEFAULTS[device_kind(self.device)]
 
     def resolved_logits(self) -> str:
@@ -173,177 +180,100 @@ class AuditConfig:
         return self.warmup if self.warmup is not None else self.defaults()["warmup"]
 
     def replace(self, **changes: Any) -> AuditConfig:
+        """A validated copy with ``changes``; a name that is not a setting raises ``AuditConfigError``."""
+        names = [f.name for f in dataclasses.fields(self)]
+        for name in changes:
+            if name not in names:
+                close = difflib.get_close_matches(name, names, 1)
+                hint = f" (did you mean `{close[0]}`?)" if close else ""
+                raise AuditConfigError(f"`{name}` is not an audit setting{hint}")
         return dataclasses.replace(self, **changes)
 
-
-@dataclass(frozen=True)
-class Resolved:
-    """What ``resolve`` settled (see the module docstring)."""
-
-    run: RunSpec
-    shape: ModelShape
-    layers: int | None  # decoder layers built (None: all)
-    experts: int | None  # routed experts per layer built (None: all)
-    sources: dict[str, str]  # setting -> flag | bridge config | model config | default
-    notes: tuple[str, ...] = ()
-
-    @property
-    def sliced(self) -> bool:
-        return self.layers is not None and self.layers < self.shape.layers
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "run": self.run.describe(),
-            "model": self.shape.describe(),
-            "measured_layers": self.layers or self.shape.layers,
-            "measured_experts": self.experts or self.shape.experts,
-            "sliced": self.sliced,
-            "sources": dict(self.sources),
-            "notes": list(self.notes),
-        }
+    def to_dict(self) -> dict[str, Any]:
+        """Every setting as given (the report's ``config``): ``sources`` a list, ``loader_options`` the user's
+        loader changes (``loader_changes``)."""
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {**out, "sources": list(self.sources), "loader_options": self.loader_changes()}
 
 
-def _bridge(path: str | None) -> BridgeRun | None:
-    return None if path is None else read_bridge_config(path)
+def _sources(sources: Any) -> tuple[str, ...]:
+    if isinstance(sources, str) or not isinstance(sources, (tuple, list)):
+        raise AuditConfigError(f"`sources` must be a sequence of source names, got {sources!r}")
+    out = tuple(sources)
+    check_sources(out)
+    return out
 
 
-def bridge_packs(bridge: BridgeRun) -> bool:
-    """Whether a Bridge run really packs samples into rows. In 0.6.2 the Qwen3-VL recipes set
-    ``enable_in_batch_packing`` with ``defer_in_batch_packing_to_step``: the collate does not pack and
-    ``qwen3_vl_step`` keeps one sample per row (it only builds THD metadata), so that is not packing; offline
-    packing (Energon) is."""
-    d = bridge.packing_detail or {}
-    in_batch = bool(d.get("enable_in_batch_packing")) and not d.get("defer_in_batch_packing_to_step")
-    return bool(d.get("enable_offline_packing")) or in_batch
-
-
-def _shape(cfg: AuditConfig, bridge: BridgeRun | None, sources: dict[str, str]) -> ModelShape:
+def _loader_options(value: Any) -> LoaderOptions:
+    """``value`` as a ``LoaderOptions`` whose audit-owned fields are at their defaults (module docstring)."""
     try:
-        if cfg.model_config is not None:
-            sources["model"] = "model config"
-            return read_model_config(cfg.model_config)
-        if cfg.preset is None and bridge is not None and (bridge.model_fields or {}).get("num_layers"):
-            sources["model"] = "bridge config"
-            return shape_from_bridge(bridge.model_fields, f"the model of {bridge.path}")
-        sources["model"] = "flag" if cfg.preset is not None else "default"
-        return preset_shape(cfg.preset or cfg.defaults()["preset"])
-    except ModelConfigError as e:
-        raise AuditError(str(e)) from None
+        opts = value if isinstance(value, LoaderOptions) else LoaderOptions().replace(**dict(value))
+    except OptionsError as e:  # the loader's own message; its field names are this setting's keys
+        raise AuditConfigError(f"`loader_options`: {str(e).replace('`', '')}") from None
+    except (TypeError, ValueError):
+        raise AuditConfigError(f"`loader_options` must be LoaderOptions or a mapping, got {value!r}") from None
+    for name, home in AUDIT_LOADER_FIELDS.items():
+        if getattr(opts, name) != getattr(_LOADER_DEFAULTS, name):
+            why = f"give {home} instead" if home else "the audit reads every source endlessly"
+            raise AuditConfigError(f"`loader_options`: {name} is set by the audit for every source; {why}")
+    changes = {k: v for k, v in opts.to_dict().items() if v != getattr(_LOADER_DEFAULTS, k)}
+    try:
+        check_loader_options(changes)
+    except AuditError as e:
+        raise AuditConfigError(f"`loader_options`: {e}") from None
+    return opts
 
 
-def _run_values(cfg: AuditConfig, bridge, sources: dict[str, str]) -> dict[str, Any]:
+def _int_at_least(cfg: AuditConfig, name: str, low: int) -> None:
+    v = getattr(cfg, name)
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
+        raise AuditConfigError(f"`{name}` must be an integer >= {low}, got {v!r}")
+
+
+def _check_settings(cfg: AuditConfig) -> None:
+    """The device, the model and the run's settings (their combinations are ``resolve``'s: ``RunSpec``)."""
+    check_device_name(cfg.device)
+    for name in _POSITIVE:
+        _int_at_least(cfg, name, 1)
+    for name in ("seed", "num_workers", "warmup"):
+        _int_at_least(cfg, name, 0)
+    for name, allowed in _CHOICES.items():
+        v = getattr(cfg, name)
+        if v is not None and v not in allowed:
+            raise AuditConfigError(f"`{name}` must be one of {', '.join(allowed)}, got {v!r}")
+    if cfg.attention not in ATTENTION:
+        raise AuditConfigError(f"`attention` must be one of {', '.join(ATTENTION)}, got {cfg.attention!r}")
+    for name in ("freeze_language_model", "freeze_vision_model", "freeze_vision_projection"):
+        if getattr(cfg, name) not in (None, True, False):
+            raise AuditConfigError(f"`{name}` must be True, False or None, got {getattr(cfg, name)!r}")
+    if not _number(cfg.link_gbps) or not cfg.link_gbps > 0:
+        raise AuditConfigError(f"`link_gbps` must be > 0, got {cfg.link_gbps!r}")
+    if not isinstance(cfg.workload_options, dict):
+        raise AuditConfigError(f"`workload_options` must be a dict, got {type(cfg.workload_options).__name__}")
+
+
+def _check_measurement(cfg: AuditConfig) -> None:
+    """How long and how precisely to measure."""
     d = cfg.defaults()
-    values: dict[str, Any] = {}
-    for name in BRIDGE_RUN_FIELDS:
-        given = getattr(cfg, name, None)
-        from_bridge = getattr(bridge, _BRIDGE_NAMES.get(name, name), None) if bridge is not None else None
-        if given is not None:
-            values[name], sources[name] = given, "flag"
-        elif from_bridge is not None:
-            values[name], sources[name] = from_bridge, "bridge config"
-        elif name in ("seq_length", "micro_batch_size"):
-            values[name], sources[name] = d[name], "default"
-        else:
-            sources[name] = "default"
-    if cfg.seq_policy is not None:
-        values["seq_policy"], sources["seq_policy"] = cfg.seq_policy, "flag"
-    elif bridge is not None and bridge_packs(bridge):
-        values["seq_policy"], sources["seq_policy"] = "pack", "bridge config"
-    else:
-        sources["seq_policy"] = "default"
-    values["default_micro_batches"] = d["micro_batches"]
-    return values
-
-
-_BRIDGE_NAMES = {
-    "tp": "tensor_parallel",
-    "pp": "pipeline_parallel",
-    "ep": "expert_parallel",
-    "cp": "context_parallel",
-    "etp": "expert_tensor_parallel",
-    "dp": "data_parallel",
-}
-
-
-def _measured_part(cfg: AuditConfig, shape: ModelShape, run: RunSpec, sources: dict[str, str]):
-    """(layers, experts) of the part one GPU builds, and a note."""
-    experts = None
-    if shape.experts and run.ep > 1:
-        experts = max(1, shape.experts // run.ep)
-    if cfg.slice_layers is not None:
-        sources["slice_layers"] = "flag"
-        return min(cfg.slice_layers, shape.layers), experts, None
-    sources["slice_layers"] = "default"
-    params = _param_count(shape, experts)
-    cuda = device_kind(cfg.device) == "cuda"
-    total_mem = (
-        torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-        if cuda
-        else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    )
-    bytes_per_param = 20 if shape.master_weights else 8
-    if total_mem and params * bytes_per_param > WHOLE_MODEL_MEMORY_FRACTION * total_mem:
-        deepstack = len(getattr(shape.vision, "deepstack_visual_indexes", None) or [])
-        layers = min(max(4, deepstack + SLICE_PLAIN_LAYERS), shape.layers)
-        return (
-            layers,
-            experts,
-            (
-                f"the whole model ({params / 1e9:.1f}B parameters on this GPU, {params * bytes_per_param / 2**30:.0f} "
-                f"GiB of training state) does not fit: measuring {layers} of {shape.layers} decoder layers and "
-                "composing the step (vlmdata.audit.compose)"
-            ),
+    min_steps, max_steps = cfg.min_steps, cfg.max_steps or d["max_steps"]
+    if (cfg.block or d["block"]) < 1 or (min_steps is not None and not 1 <= min_steps <= max_steps):
+        raise AuditConfigError(
+            f"need `block` >= 1 and 1 <= `min_steps` <= `max_steps` (got block={cfg.block}, "
+            f"min_steps={cfg.min_steps}, max_steps={cfg.max_steps})"
         )
-    return None, experts, None
+    budget = cfg.budget_s if cfg.budget_s is not None else d["budget_s"]
+    if not _number(budget) or not budget > 0:
+        raise AuditConfigError(f"`budget_s` must be > 0, got {budget!r}")
+    if not _number(cfg.precision) or not 0 < cfg.precision < 1:
+        raise AuditConfigError(f"`precision` must be between 0 and 1, got {cfg.precision!r}")
+    if not _number(cfg.threshold) or not cfg.threshold >= 0:
+        raise AuditConfigError(f"`threshold` must be >= 0, got {cfg.threshold!r}")
+    if not _number(cfg.proxy_tolerance) or not 0 < cfg.proxy_tolerance < 1:
+        raise AuditConfigError(f"`proxy_tolerance` must be between 0 and 1, got {cfg.proxy_tolerance!r}")
 
 
-def _param_count(shape: ModelShape, experts: int | None) -> int:
-    """Parameters of the part one GPU holds (experts / EP per layer), counted on the meta device."""
-    import transformers
-
-    cfg = shape.sliced(None, experts)
-    with torch.device("meta"):
-        model = getattr(transformers, FAMILIES[shape.model_type][2])(cfg)
-    return sum(p.numel() for p in model.parameters())
-
-
-def resolve(cfg: AuditConfig, world_size: int = 1) -> Resolved:
-    """Fill in every setting (see the module docstring); ``world_size``: data-parallel ranks under torchrun
-    (their count is the run's DP unless given)."""
-    sources: dict[str, str] = {}
-    notes: list[str] = []
-    bridge = _bridge(cfg.bridge_config)
-    shape = _shape(cfg, bridge, sources)
-    values = _run_values(cfg, bridge, sources)
-    if world_size > 1 and "dp" not in values:
-        values["dp"], sources["dp"] = world_size, "flag"
-    try:
-        run = RunSpec(**values, sources={k: v for k, v in sources.items() if k in values})
-    except RunSpecError as e:
-        raise AuditError(str(e)) from None
-    if bridge is not None and getattr(bridge, "model_fields", None):
-        notes += _model_mismatch(bridge.model_fields, shape)
-    layers, experts, note = _measured_part(cfg, shape, run, sources)
-    if note:
-        notes.append(note)
-    if run.ep > 1 and not shape.experts:
-        notes.append(f"ep={run.ep} on a dense decoder ({shape.family}): no experts to distribute; ignored")
-    return Resolved(run, shape, layers, experts, sources, tuple(notes))
-
-
-def _model_mismatch(fields: dict, shape: ModelShape) -> list[str]:
-    """Bridge's model fields that disagree with the model config (said in the report)."""
-    pairs = {
-        "num_layers": shape.layers,
-        "hidden_size": shape.text.hidden_size,
-        "num_moe_experts": shape.experts,
-        "moe_router_topk": shape.top_k,
-    }
-    return [
-        f"the Bridge config's model.{k} is {fields[k]} but the model has {v}"
-        for k, v in pairs.items()
-        if fields.get(k) is not None and v is not None and fields[k] != v
-    ]
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def default_workers(device: str, n_sources: int, world_size: int = 1) -> int:

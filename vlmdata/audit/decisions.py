@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import math
 
-from scipy.stats import kendalltau
-
 METRICS = ("samples_per_s", "nonpad_tokens_per_s")
 
 
@@ -63,26 +61,7 @@ def decide_configs(
     limit = None if memory_limit_gb is None else memory_limit_gb * 1e9
     labels = [label(c["values"]) for c in configs]
     names = list(dict.fromkeys(n for c in configs for n in c["sources"]))
-    per_source = {}
-    for name in names:
-        rows = []
-        for lab, c in zip(labels, configs):
-            cell = c["sources"].get(name) or {}
-            peak = cell.get("peak_mem_bytes")
-            rows.append(
-                {
-                    "config": lab,
-                    "oom": bool(cell.get("oom")),
-                    "fits": _fits(cell, limit),
-                    "peak_mem_gb": None if peak is None else peak / 1e9,
-                    **{m: (cell.get("rates") or {}).get(m) for m in METRICS},
-                }
-            )
-        ranking = {
-            m: [r["config"] for r in sorted((r for r in rows if r["fits"] and r[m] is not None), key=lambda r: -r[m])]
-            for m in METRICS
-        }
-        per_source[name] = {"rows": rows, "ranking": ranking, "best": (ranking[metric] or [None])[0]}
+    per_source = {name: _source_rows(name, labels, configs, limit, metric) for name in names}
     result = {
         "metric": metric,
         "memory_limit_gb": memory_limit_gb,
@@ -95,36 +74,11 @@ def decide_configs(
     if real not in per_source:
         result["line"] = "no decisions: the sweep did not measure real"
         return result
-    real_rows = {r["config"]: r for r in per_source[real]["rows"]}
     real_best = per_source[real]["best"]
     for name in names:
         if name in (real, "synthetic"):
             continue
-        choice = per_source[name]["best"]
-        d = {"choice": choice, "real_best": real_best, "same": choice is not None and choice == real_best}
-        both = [
-            (r[metric], real_rows[r["config"]][metric])
-            for r in per_source[name]["rows"]
-            if r[metric] is not None
-            and not r["oom"]
-            and real_rows[r["config"]][metric] is not None
-            and not real_rows[r["config"]]["oom"]
-        ]
-        # scipy's inferred return type of kendalltau lacks SignificanceResult.statistic
-        tau = kendalltau([a for a, _ in both], [b for _, b in both]).statistic if len(both) >= 2 else None  # pyright: ignore[reportAttributeAccessIssue]
-        d["kendall_tau"] = None if tau is None or math.isnan(tau) else float(tau)
-        on_real = real_rows.get(choice) if choice else None
-        if choice is None or real_best is None:
-            d["regret"], d["choice_on_real"] = None, None
-        else:
-            assert on_real is not None  # every source has a row per configuration
-            if on_real["oom"]:
-                d["regret"], d["choice_on_real"] = math.inf, "oom"
-            elif not on_real["fits"]:
-                d["regret"], d["choice_on_real"] = math.inf, "does not fit"
-            else:
-                d["regret"] = 1 - on_real[metric] / real_rows[real_best][metric]
-                d["choice_on_real"] = on_real[metric]
+        d = _mock_decision(per_source[name], per_source[real], metric)
         d["line"] = _line(name, d)
         result["mocks"][name] = d
         if d["regret"] is not None and d["regret"] > threshold:
@@ -136,6 +90,62 @@ def decide_configs(
         else f"every mock picks a configuration within {threshold:.0%} of real's best ({real_best})"
     )
     return result
+
+
+def _source_rows(name: str, labels: list[str], configs: list[dict], limit: float | None, metric: str) -> dict:
+    """One source's row per configuration, its rankings (configurations that fit) and its best."""
+    rows = []
+    for lab, c in zip(labels, configs):
+        cell = c["sources"].get(name) or {}
+        peak = cell.get("peak_mem_bytes")
+        rows.append(
+            {
+                "config": lab,
+                "oom": bool(cell.get("oom")),
+                "fits": _fits(cell, limit),
+                "peak_mem_gb": None if peak is None else peak / 1e9,
+                **{m: (cell.get("rates") or {}).get(m) for m in METRICS},
+            }
+        )
+    ranking = {
+        m: [r["config"] for r in sorted((r for r in rows if r["fits"] and r[m] is not None), key=lambda r: -r[m])]
+        for m in METRICS
+    }
+    return {"rows": rows, "ranking": ranking, "best": (ranking[metric] or [None])[0]}
+
+
+def _mock_decision(mock: dict, real: dict, metric: str) -> dict:
+    """A mock's choice against real's: the same or not, the rank agreement, the real throughput it loses."""
+    # scipy: heavy, needed only once configurations are ranked (`vlmdata audit --help` reads `label`)
+    from scipy.stats import kendalltau
+
+    real_rows = {r["config"]: r for r in real["rows"]}
+    choice, real_best = mock["best"], real["best"]
+    d = {"choice": choice, "real_best": real_best, "same": choice is not None and choice == real_best}
+    both = [
+        (r[metric], real_rows[r["config"]][metric])
+        for r in mock["rows"]
+        if r[metric] is not None
+        and not r["oom"]
+        and real_rows[r["config"]][metric] is not None
+        and not real_rows[r["config"]]["oom"]
+    ]
+    # scipy's inferred return type of kendalltau lacks SignificanceResult.statistic
+    tau = kendalltau([a for a, _ in both], [b for _, b in both]).statistic if len(both) >= 2 else None  # pyright: ignore[reportAttributeAccessIssue]
+    d["kendall_tau"] = None if tau is None or math.isnan(tau) else float(tau)
+    on_real = real_rows.get(choice) if choice else None
+    if choice is None or real_best is None:
+        d["regret"], d["choice_on_real"] = None, None
+    else:
+        assert on_real is not None  # every source has a row per configuration
+        if on_real["oom"]:
+            d["regret"], d["choice_on_real"] = math.inf, "oom"
+        elif not on_real["fits"]:
+            d["regret"], d["choice_on_real"] = math.inf, "does not fit"
+        else:
+            d["regret"] = 1 - on_real[metric] / real_rows[real_best][metric]
+            d["choice_on_real"] = on_real[metric]
+    return d
 
 
 def _line(name: str, d: dict) -> str:

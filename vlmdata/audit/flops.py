@@ -25,7 +25,7 @@ Attention segments are each frame (t segments of gh*gw patches, bidirectional); 
 blocks (all but ``fullatt_block_indexes``) attend within windows of ``window_size`` pixels (the windows of
 ``transformers.vision_utils.get_vision_window_index``). ``n_mergers`` = 1 + the DeepStack mergers
 (Qwen3-VL) or 1 (Qwen2.5-VL). Forward FLOPs of a part are a third of its training FLOPs; the backward two
-thirds (``STAGE_PARTS`` maps the step's stages to them).
+thirds (``STAGE_PARTS`` in ``vlmdata.audit.stages`` maps the step's stages to them).
 """
 
 from __future__ import annotations
@@ -36,17 +36,7 @@ from typing import Any
 import torch
 
 from vlmdata.audit.model_config import PAD_TOKEN_ID
-
-# the step's stages -> (the parts whose FLOPs they compute, fraction of the training FLOPs)
-STAGE_PARTS = {
-    "vision": (("vision_flops",), 1 / 3),
-    "projector": (("projector_flops",), 1 / 3),
-    "lm_forward": (("lm_layers_flops",), 1 / 3),
-    "lm_head_loss": (("lm_head_flops",), 1 / 3),
-    "backward_head": (("lm_head_flops",), 2 / 3),
-    "backward_decoder": (("lm_layers_flops",), 2 / 3),
-    "backward_vision": (("vision_flops", "projector_flops"), 2 / 3),
-}
+from vlmdata.audit.stages import STAGE_PARTS, stage_tflops  # noqa: F401  # re-exported: their home is audit.stages
 
 
 def _as_tensor(x) -> torch.Tensor | None:
@@ -194,25 +184,4 @@ def step_flops(
     out.update(counts)
     out["images"] = 0 if grid is None else int(len(grid))
     out["patches"] = 0 if grid is None else int(torch.as_tensor(grid).prod(-1).sum().item())
-    return out
-
-
-def stage_tflops(stages_ms: dict[str, float], flops: dict[str, float]) -> dict[str, float | None]:
-    """TFLOP/s of each stage of ``STAGE_PARTS`` from its mean ms and the mean FLOPs of the parts it runs
-    (``flops``: part name -> FLOPs per step); also ``backward`` (all three) and ``step`` (``total_flops`` over
-    ``total_ms`` when both are given)."""
-    out: dict[str, float | None] = {}
-    for stage, (parts, frac) in STAGE_PARTS.items():
-        ms = stages_ms.get(stage)
-        work = sum(flops.get(p) or 0.0 for p in parts) * frac
-        out[stage] = work / ms / 1e9 if ms and work else None
-    back_ms = sum(stages_ms.get(s, 0.0) for s in ("backward_head", "backward_decoder", "backward_vision"))
-    back = (
-        2
-        / 3
-        * sum(flops.get(p) or 0.0 for p in ("lm_layers_flops", "lm_head_flops", "vision_flops", "projector_flops"))
-    )
-    out["backward"] = back / back_ms / 1e9 if back_ms and back else None
-    if flops.get("total_flops") and stages_ms.get("total"):
-        out["step"] = flops["total_flops"] / stages_ms["total"] / 1e9
     return out

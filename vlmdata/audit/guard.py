@@ -2,7 +2,8 @@
 instead of a traceback after minutes of measuring.
 
 - ``check_device(device)``: "cpu", "cuda" or "cuda:N" (an existing GPU); anything else (``tpu``, ``cuda:x``,
-  ``cuda:7`` on a one-GPU host) is an ``AuditError``, never torch's own RuntimeError;
+  ``cuda:7`` on a one-GPU host) is an ``AuditError``, never torch's own RuntimeError (``check_device_name``:
+  the name alone, which ``AuditConfig`` checks when it is made);
 - ``check_out_dir(out, real=..., profile=...)``: the report folder can be written (created, a probe file written
   and removed: ``storage.check_writable``), ``report.json`` / ``report.md`` / ``report.html`` there replace only an
   earlier audit report, and the generated inputs (``synthetic-twin/``, ``synthetic-profile/``: ``inputs.TWIN_DIR``,
@@ -32,8 +33,9 @@ _REPORT_MD_HEAD = b"# vlmdata audit"
 _REPORT_HTML_HEAD = b"<!DOCTYPE html><html><head><meta charset='utf-8'><title>vlmdata audit</title>"
 
 
-def check_device(device: str) -> None:
-    """AuditError unless ``device`` is "cpu", "cuda" or "cuda:N" with that GPU present.
+def check_device_name(device: str) -> None:
+    """AuditError unless ``device`` names a device the audit runs on: "cpu", "cuda" or "cuda:N" (whether that GPU
+    exists is ``check_device``'s).
 
     Args:
         device: the device text as given (``--device``).
@@ -50,6 +52,18 @@ def check_device(device: str) -> None:
         raise AuditError(f"`device` {device!r}: the audit runs on cpu or cuda (cuda:N), not {d.type}")
     if d.type == "cpu" and d.index not in (None, 0):
         raise AuditError(f"`device` {device!r}: there is one cpu device (cpu)")
+
+
+def check_device(device: str) -> None:
+    """AuditError unless ``device`` is "cpu", "cuda" or "cuda:N" with that GPU present.
+
+    Args:
+        device: the device text as given (``--device``).
+    """
+    import torch  # the audit needs it anyway; kept out of this module's import for `vlmdata --help`
+
+    check_device_name(device)
+    d = torch.device(device)
     if d.type == "cuda":
         if not torch.cuda.is_available():
             raise AuditError(f"`device` {device!r} but no CUDA device is available")

@@ -23,6 +23,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from vlmdata.audit.stages import STAGE_ORDER
+
+# the work fields of a step record, summed over its micro-batches (and over ranks)
+SUMMED = (
+    "samples",
+    "images",
+    "patches",
+    "tokens_total",
+    "tokens_nonpad",
+    "tokens_loss",
+    "tokens_visual",
+    "tokens_padding",
+)
+# model FLOPs of a micro-batch (``flops.step_flops``); a step record names the first one "flops"
+FLOP_FIELDS = ("total_flops", "lm_flops", "lm_layers_flops", "lm_head_flops", "vision_flops", "projector_flops")
+
 # rate name -> work field (divided by total step seconds)
 RATES = {
     "samples_per_s": "samples",
@@ -49,25 +65,6 @@ TOKEN_DEFINITIONS = {
     "tokens_visual": "<|image_pad|> tokens: the vision encoder's output, one per 2x2 merged patch",
     "tokens_padding": "padding positions (pad id after the last real token of a row, or attention_mask == 0)",
 }
-STAGE_ORDER = (
-    "data_wait",
-    "prep",
-    "h2d",
-    "forward_other",
-    "vision",
-    "projector",
-    "lm_forward",
-    "lm_head_loss",
-    "backward_head",
-    "backward_decoder",
-    "backward_vision",
-    "backward",  # a step that does not split its backward (older reports, user steps)
-    "host_gap",
-    "grad_sync",
-    "optimizer",
-    "ep_all_to_all",  # modelled (vlmdata.audit.compose), not measured
-    "other",
-)
 
 
 def _column(records: list[dict], key: str) -> np.ndarray | None:

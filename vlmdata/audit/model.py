@@ -28,6 +28,7 @@ import torch
 
 from vlmdata.audit import kernels
 from vlmdata.audit.model_config import (  # noqa: F401  # re-exported: the model's token ids and presets
+    ATTENTION,
     FAMILIES,
     IMAGE_TOKEN_ID,
     PAD_TOKEN_ID,
@@ -43,8 +44,6 @@ from vlmdata.audit.model_config import (  # noqa: F401  # re-exported: the model
     build_config,
     preset_shape,
 )
-
-ATTENTION = ("varlen", "sdpa")
 
 
 def _shape(preset: str | ModelShape) -> ModelShape:
@@ -80,7 +79,7 @@ def build_model(
     import transformers
 
     if attention not in ATTENTION:
-        raise ModelConfigError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
+        raise ModelConfigError(f"`attention` must be one of {', '.join(ATTENTION)}, got {attention!r}")
     shape = _shape(preset)
     cfg = shape.sliced(layers, experts)
     cfg._attn_implementation = "sdpa"  # switched after construction: transformers checks flash-named ones

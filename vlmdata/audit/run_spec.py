@@ -48,7 +48,7 @@ class RunSpecError(VlmdataError, ValueError):
 
 def _positive(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RunSpecError(f"{name} must be an integer >= 1, got {value!r}")
+        raise RunSpecError(f"`{name}` must be an integer >= 1, got {value!r}")
     return value
 
 
@@ -81,19 +81,19 @@ class RunSpec:
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name))
         if self.seq_policy not in SEQ_POLICIES:
-            raise RunSpecError(f"seq_policy must be one of {', '.join(SEQ_POLICIES)}, got {self.seq_policy!r}")
+            raise RunSpecError(f"`seq_policy` must be one of {', '.join(SEQ_POLICIES)}, got {self.seq_policy!r}")
         if self.recompute not in RECOMPUTE:
-            raise RunSpecError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+            raise RunSpecError(f"`recompute` must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         experts = self.ep * self.expert_tp
         if (self.data_parallel * self.cp * self.tp) % experts:
             raise RunSpecError(
-                f"ep * etp = {experts} must divide dp * cp * tp = {self.data_parallel * self.cp * self.tp} "
+                f"`ep` * `etp` = {experts} must divide `dp` * `cp` * `tp` = {self.data_parallel * self.cp * self.tp} "
                 "(Megatron places expert parallelism inside the data-, context- and tensor-parallel ranks)"
             )
         gbs, per = self.global_batch, self.micro_batch_size * self.data_parallel
         if gbs % per:
             raise RunSpecError(
-                f"global_batch_size {gbs} must be a multiple of micro_batch_size * dp = "
+                f"`global_batch_size` {gbs} must be a multiple of `micro_batch_size` * `dp` = "
                 f"{self.micro_batch_size} * {self.data_parallel} = {per}"
             )
         for src in self.sources.values():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vlmdata.audit.flops import STAGE_PARTS, stage_tflops
+from vlmdata.audit.stages import STAGE_PARTS, stage_tflops
 
 RUN_ROWS = (
     ("model", "model"),

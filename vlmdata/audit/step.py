@@ -39,16 +39,17 @@ tensor hooks in the backward on the last decoder layer's output and the first la
 mark is a ``torch.cuda.Event`` on the current stream (no sync); ``finish`` syncs once and reads the
 intervals, so the stages measure the device's timeline and host stalls count where they happen. On CPU
 marks are ``time.perf_counter()``. ``finish`` also returns each micro-batch's device time (``micro_ms``:
-its first to last mark), the input of the data-parallel straggler model.
+its first to last mark), the input of the data-parallel straggler model. The marks become stage times in
+``vlmdata.audit.stages``.
 
 MRoPE: like Bridge's Qwen3-VL model, the step computes the 3-D MRoPE ids from ``input_ids`` and
 ``image_grid_thw`` (``model.model.get_rope_index``) on the host, per sample for a packed row; text-only
-batches use the batch's ``position_ids``.
+batches use the batch's ``position_ids``. The batch checks and the MRoPE ids live in
+``vlmdata.audit.batch_checks``, the optimizers (``MasterAdamW``) in ``vlmdata.audit.optimizer``.
 """
 
 from __future__ import annotations
 
-import inspect
 import time
 from typing import Any
 
@@ -56,128 +57,23 @@ import torch
 import torch.nn.functional as F
 
 from vlmdata.audit import kernels
-from vlmdata.audit.model import VIDEO_TOKEN_ID
-from vlmdata.errors import VlmdataError
+from vlmdata.audit.batch_checks import ImagePadMismatch, check_batch, mrope_position_ids, visual_field
+from vlmdata.audit.optimizer import MasterAdamW, fill_missing_grads
+from vlmdata.audit.stages import BACKWARD_STAGES, FORWARD_STAGES, STAGES, plain_layers, stage_times
 
-STAGES = (
-    "data_wait",
-    "prep",
-    "h2d",
-    "forward_other",
-    "vision",
-    "projector",
-    "lm_forward",
-    "lm_head_loss",
-    "backward_head",
-    "backward_decoder",
-    "backward_vision",
-    "host_gap",
-    "grad_sync",
-    "optimizer",
-)
-FORWARD_STAGES = ("forward_other", "vision", "projector", "lm_forward", "lm_head_loss")
-BACKWARD_STAGES = ("backward_head", "backward_decoder", "backward_vision")
-
-
-class ImagePadMismatch(VlmdataError, ValueError):
-    """``input_ids`` do not hold exactly t*h*w/4 ``<|image_pad|>`` tokens for each image."""
-
-
-def _get(obj, key) -> Any:
-    if obj is None:
-        return None
-    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
-
-
-def check_batch(batch: dict, config) -> None:
-    """Raise ``ImagePadMismatch``/``ValueError`` if the batch cannot run on the model.
-
-    Each image needs one contiguous run of exactly ``t*(h/m)*(w/m)`` ``<|image_pad|>`` tokens
-    (``image_grid_thw`` = (t, h, w) in patches, m the spatial merge), runs taken in row-major order over the
-    batch, as Qwen-VL processors expand every image placeholder (REFERENCE.md section 6).
-    """
-    ids = batch["input_ids"]
-    if ids.ndim != 2:
-        raise ValueError(f"input_ids must be [B,S], got {tuple(ids.shape)}")
-    for k in ("labels", "loss_mask"):
-        if batch.get(k) is not None and tuple(batch[k].shape) != tuple(ids.shape):
-            raise ValueError(f"{k} shape {tuple(batch[k].shape)} != input_ids shape {tuple(ids.shape)}")
-    vis = batch.get("visual_inputs")
-    pv, grid = _get(vis, "pixel_values"), _get(vis, "image_grid_thw")
-    img = int(config.image_token_id)
-    is_img = ids == img
-    if (ids == VIDEO_TOKEN_ID).any():
-        raise ValueError("video tokens are not supported by the reference step")
-    if pv is None:
-        if is_img.any():
-            raise ImagePadMismatch(f"batch has {int(is_img.sum())} <|image_pad|> ({img}) tokens but no pixel_values")
-        return
-    vc = config.vision_config
-    width = vc.in_channels * vc.temporal_patch_size * vc.patch_size**2
-    m = vc.spatial_merge_size
-    if grid is None or grid.ndim != 2 or grid.shape[1] != 3:
-        raise ValueError("visual_inputs.image_grid_thw must be int64 [n_images, 3] when pixel_values is given")
-    n_patch = int(grid.prod(-1).sum())
-    if tuple(pv.shape) != (n_patch, width):
-        raise ValueError(f"pixel_values shape {tuple(pv.shape)} != (sum t*h*w = {n_patch}, {width})")
-    if ((grid[:, 1:] % m) != 0).any():
-        raise ValueError(f"image grid h and w must be multiples of spatial_merge_size {m}: {grid.tolist()}")
-    need = (grid.prod(-1) // (m * m)).tolist()
-    runs = []  # (row, start, length) of each contiguous image_pad run
-    for b, row in enumerate(is_img.to(torch.int8)):
-        edges = torch.diff(row, prepend=row.new_zeros(1), append=row.new_zeros(1)).nonzero().flatten().tolist()
-        runs += [(b, s, e - s) for s, e in zip(edges[0::2], edges[1::2])]
-    if len(runs) != len(need) or any(r[2] != n for r, n in zip(runs, need)):
-        detail = "; ".join(
-            f"image {i}: grid {tuple(grid[i].tolist())} needs {n}"
-            + (f", row {runs[i][0]} pos {runs[i][1]} has {runs[i][2]}" if i < len(runs) else ", no run")
-            for i, n in enumerate(need)
-        )
-        extra = f"; {len(runs) - len(need)} extra run(s)" if len(runs) > len(need) else ""
-        raise ImagePadMismatch(
-            f"input_ids must hold one run of t*(h/{m})*(w/{m}) <|image_pad|> ({img}) tokens per image, "
-            f"in image order: found {len(runs)} runs {[r[2] for r in runs]} for {len(need)} images "
-            f"needing {need} ({detail}{extra})"
-        )
-
-
-def _rope(model, ids: torch.Tensor, grid: torch.Tensor | None) -> torch.Tensor:
-    kw: dict[str, Any] = {"image_grid_thw": grid, "attention_mask": None}
-    if "mm_token_type_ids" in inspect.signature(model.model.get_rope_index).parameters:
-        kw["mm_token_type_ids"] = (ids == model.config.image_token_id).to(torch.int32)  # transformers >= 5.2x
-    pos, _ = model.model.get_rope_index(ids, **kw)
-    return pos
-
-
-def mrope_position_ids(model, batch: dict) -> torch.Tensor | None:
-    """Position ids to pass to the model: [3,B,S] MRoPE ids when images are present (computed from input_ids
-    and grids on the host; per sample within a packed row), else the batch's ``position_ids`` (or None)."""
-    vis = batch.get("visual_inputs")
-    grid = _get(vis, "image_grid_thw")
-    if _get(vis, "pixel_values") is None:
-        return batch.get("position_ids")
-    ids = batch["input_ids"].cpu()
-    grid = grid.cpu()
-    cu = batch.get("cu_seqlens_q")
-    if cu is None:
-        return _rope(model, ids, grid)
-    m2 = model.config.vision_config.spatial_merge_size**2
-    per_image = (grid.prod(-1) // m2).tolist()
-    parts, g0 = [], 0
-    bounds = cu.tolist()
-    for s, e in zip(bounds[:-1], bounds[1:]):
-        seg = ids[:, s:e]
-        n_vis, k = int((seg == model.config.image_token_id).sum()), 0
-        while n_vis > 0 and g0 + k < len(per_image) and n_vis >= per_image[g0 + k]:
-            n_vis -= per_image[g0 + k]
-            k += 1
-        sub = grid[g0 : g0 + k] if k else None
-        parts.append(_rope(model, seg, sub) if k else torch.arange(e - s).view(1, 1, -1).expand(3, 1, -1))
-        g0 += k
-    tail = ids.shape[1] - bounds[-1]
-    if tail > 0:  # alignment padding after the last sample
-        parts.append(torch.arange(tail).view(1, 1, -1).expand(3, 1, -1))
-    return torch.cat(parts, dim=-1)
+__all__ = [  # the step's names, importable from here as before the split
+    "STAGES",
+    "FORWARD_STAGES",
+    "BACKWARD_STAGES",
+    "ImagePadMismatch",
+    "check_batch",
+    "mrope_position_ids",
+    "MasterAdamW",
+    "masked_lm_loss",
+    "LossForward",
+    "TrainStep",
+    "train_step",
+]
 
 
 class _Marks:
@@ -240,48 +136,6 @@ class LossForward(torch.nn.Module):
             sel = lmask > 0
             hidden, labels, lmask = hidden[sel], labels[sel], lmask[sel]
         return masked_lm_loss(self.model.lm_head(hidden), labels, lmask)
-
-
-class MasterAdamW:
-    """AdamW on fp32 master copies of low-precision (bf16) parameters, Megatron-style.
-
-    ``step`` writes each bf16 gradient into a persistent fp32 main-gradient buffer (zero where the global
-    step gave the parameter no gradient: Megatron's DDP keeps a buffer for every trainable parameter),
-    optionally clips, steps AdamW on the masters and copies the result back into the bf16 parameters.
-    Memory per parameter: 4 (master) + 4 (main gradient) + 8 (moments).
-    """
-
-    def __init__(self, params, lr: float = 1e-4, weight_decay: float = 0.0, fused: bool | None = None):
-        self.params = [p for p in params if p.requires_grad]
-        self.master = [p.detach().float().clone() for p in self.params]
-        for m in self.master:
-            m.grad = torch.zeros_like(m)
-        self.optimizer = torch.optim.AdamW(self.master, lr=lr, weight_decay=weight_decay, fused=fused)
-
-    def step(self, clip_grad: float | None = None) -> None:
-        with torch.no_grad():
-            for p, m in zip(self.params, self.master):
-                assert m.grad is not None  # persistent main gradients
-                if p.grad is None:
-                    m.grad.zero_()
-                else:
-                    m.grad.copy_(p.grad)
-        if clip_grad:
-            torch.nn.utils.clip_grad_norm_(self.master, clip_grad)
-        self.optimizer.step()
-        with torch.no_grad():
-            torch._foreach_copy_(self.params, self.master)  # pyright: ignore[reportPrivateImportUsage]  # public op, not in torch's __all__
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in self.params:
-            p.grad = None
-
-
-def _fill_missing_grads(params) -> None:
-    """A zero gradient for every trainable parameter without one (Megatron steps every parameter)."""
-    for p in params:
-        if p.requires_grad and p.grad is None:
-            p.grad = torch.zeros_like(p)
 
 
 class TrainStep:
@@ -402,10 +256,10 @@ class TrainStep:
         if self.check:
             check_batch(batch, self.model.config)
         pos = mrope_position_ids(self.model, batch)
-        grid = _get(batch.get("visual_inputs"), "image_grid_thw")
+        grid = visual_field(batch.get("visual_inputs"), "image_grid_thw")
         vkw = {}
         fast = getattr(self.model.config.vision_config, "_attn_implementation", None) == kernels.VARLEN
-        if fast and grid is not None and _get(batch.get("visual_inputs"), "pixel_values") is not None:
+        if fast and grid is not None and visual_field(batch.get("visual_inputs"), "pixel_values") is not None:
             vkw = kernels.vision_kwargs(self.model.model.visual, grid)
         return pos, vkw
 
@@ -416,7 +270,7 @@ class TrainStep:
         vis = batch.get("visual_inputs")
         ids, labels, lmask = (_to(batch[k], dev) for k in ("input_ids", "labels", "loss_mask"))
         pos = _to(pos, dev)
-        pv, grid = _to(_get(vis, "pixel_values"), dev), _to(_get(vis, "image_grid_thw"), dev)
+        pv, grid = _to(visual_field(vis, "pixel_values"), dev), _to(visual_field(vis, "image_grid_thw"), dev)
         vkw = {k: _to(v, dev) for k, v in vkw.items()}
         self.marks("h2d_end")
         loss = self.forward_module(ids, labels, lmask, pos, pv, grid, **vkw)
@@ -464,8 +318,8 @@ class TrainStep:
             self.marks.on = False
         marks = self.marks.resolve()
         loss = float(torch.stack(self._losses).float().mean().item()) if self._losses else float("nan")
-        times, micro_ms, micro_decoder_ms = _stages(marks, self._micro)
-        plain = _plain_layers(marks, self.deepstack_layers, self.decoder_layers)
+        times, micro_ms, micro_decoder_ms = stage_times(marks, self._micro)
+        plain = plain_layers(marks, self.deepstack_layers, self.decoder_layers)
         peak = torch.cuda.max_memory_allocated(self.device) if self.cuda else None
         return {
             "loss": loss,
@@ -484,7 +338,7 @@ class TrainStep:
         if isinstance(self.optimizer, MasterAdamW):
             self.optimizer.step(self.clip_grad)
         else:
-            _fill_missing_grads(self.trainable)
+            fill_missing_grads(self.trainable)
             if self.clip_grad:
                 torch.nn.utils.clip_grad_norm_(self.trainable, self.clip_grad)
             self.optimizer.step()
@@ -506,87 +360,6 @@ class TrainStep:
         self.begin(1)
         self.micro(batch)
         return self.finish()
-
-
-def _stages(marks: list[tuple[str, float]], micro: list[dict]) -> tuple[dict[str, float], list[float], list[float]]:
-    """Stage times of a global step from its marks and the micro-batches' host figures; also each
-    micro-batch's device time and its decoder layers' share (forward + backward)."""
-    t = {k: 0.0 for k in STAGES}
-    micro_ms, decoder_ms = [], []
-    starts = [m["mark"] for m in micro] + [len(marks)]
-    prev_end = None
-    for j, m in enumerate(micro):
-        seg = marks[starts[j] : starts[j + 1]]
-        at = dict(reversed(seg))  # first occurrence of each name
-        end = at.get("bwd_end", seg[-1][1])
-        micro_ms.append(end - at["start"])
-        before = t["lm_forward"] + t["backward_decoder"]
-        _micro_stages(t, seg, at, end)
-        decoder_ms.append(t["lm_forward"] + t["backward_decoder"] - before)
-        if prev_end is None:
-            t["data_wait"] += m["wait_ms"]
-            t["prep"] += m["prep_ms"]
-        else:  # the device idled from the previous micro-batch's end to this one's start
-            gap = max(at["start"] - prev_end, 0.0)
-            waited = min(gap, m["wait_ms"])
-            prepped = min(gap - waited, m["prep_ms"])
-            t["data_wait"] += waited
-            t["prep"] += prepped
-            t["host_gap"] += gap - waited - prepped
-        prev_end = end
-    at = dict(reversed(marks))
-    if prev_end is not None:
-        t["grad_sync"] = at["sync_end"] - prev_end
-        t["optimizer"] = at["opt_end"] - at["sync_end"]
-    first = micro[0] if micro else {"wait_ms": 0.0, "prep_ms": 0.0}
-    t["total"] = first["wait_ms"] + first["prep_ms"] + at.get("opt_end", 0.0)
-    return t, micro_ms, decoder_ms
-
-
-def _plain_layers(marks: list[tuple[str, float]], first: int, n: int) -> dict[str, float]:
-    """Forward and backward device time of the decoder layers that get no DeepStack addition (``first``..n-1),
-    summed over the step's micro-batches: the per-layer cost a slice composes with (``vlmdata.audit.compose``).
-    Layer i's forward runs from its mark to the next layer's (or the final norm's); its backward from the
-    gradient of the next layer's input (or of the final norm's input) to the gradient of its own input."""
-    out = {"forward_ms": 0.0, "backward_ms": 0.0, "layers": 0}
-    seg: dict[str, float] = {}
-    for name, ms in marks + [("", 0.0)]:
-        if name in ("start", ""):  # a micro-batch boundary (or the end)
-            for i in range(first, n):
-                f0, f1 = seg.get(f"L{i}"), seg.get(f"L{i + 1}", seg.get("lm_norm"))
-                b0, b1 = seg.get(f"B{i + 1}", seg.get("bwd_head_end")), seg.get(f"B{i}")
-                if None not in (f0, f1, b0, b1):
-                    out["forward_ms"] += f1 - f0  # pyright: ignore[reportOperatorIssue]  # not None (checked)
-                    out["backward_ms"] += b1 - b0  # pyright: ignore[reportOperatorIssue]
-                    out["layers"] += 1
-            seg = {}
-        seg.setdefault(name, ms)
-    return out
-
-
-def _micro_stages(t: dict[str, float], seg: list[tuple[str, float]], at: dict[str, float], end: float) -> None:
-    """Add one micro-batch's forward and backward stages to ``t``."""
-    proj, open_at = 0.0, None
-    for name, ms in seg:
-        if name == "proj_start":
-            open_at = ms
-        elif name == "proj_end" and open_at is not None:
-            proj, open_at = proj + ms - open_at, None
-    vis_total = at["vision_end"] - at["vision_start"] if "vision_start" in at else 0.0
-    lm = at["head_start"] - at["lm_start"]
-    head = at["fwd_end"] - at["head_start"]
-    fwd = at["fwd_end"] - at["h2d_end"]
-    t["h2d"] += at["h2d_end"] - at["start"]
-    t["vision"] += vis_total - proj
-    t["projector"] += proj
-    t["lm_forward"] += lm
-    t["lm_head_loss"] += head
-    t["forward_other"] += fwd - vis_total - lm - head
-    head_end = at.get("bwd_head_end", at["fwd_end"])
-    dec_end = at.get("B0", head_end)
-    t["backward_head"] += head_end - at["fwd_end"]
-    t["backward_decoder"] += dec_end - head_end
-    t["backward_vision"] += end - dec_end
 
 
 def train_step(model, batch: dict, optimizer: torch.optim.Optimizer | None = None, **kwargs) -> dict[str, Any]:

@@ -53,25 +53,37 @@ dynamic batching or length-grouped samplers (which reduce stragglers), noise of 
 
 from __future__ import annotations
 
-import io
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import nnls
 
 from vlmdata.audit.inputs import AuditError
+from vlmdata.audit.straggler_check import check_ranks, plot_stragglers
+from vlmdata.audit.straggler_cost import MICRO_KEYS, TERMS, CostModel, calibrate, cost_ms, fit_cost_model
+
+__all__ = [  # the model's names, importable from here (the cost model and the rank check have their own modules)
+    "Sample",
+    "CostModel",
+    "fit_cost_model",
+    "calibrate",
+    "micro_batch_ms",
+    "simulate",
+    "samples_from_batch",
+    "plot_stragglers",
+    "check_ranks",
+    "TERMS",
+    "MICRO_KEYS",
+    "SYNC_MODES",
+    "DEFAULT_DP_SIZES",
+]
 
 SYNC_MODES = ("micro_batch", "step")
 DEFAULT_DP_SIZES = (8, 64, 512, 4096)
 MAX_SAMPLES = 1 << 22  # samples drawn per source and DP size at most (steps are reduced for large DP)
 MIN_STEPS = 16  # never fewer simulated steps than this, whatever MAX_SAMPLES says
 CHUNK_SAMPLES = 1 << 20  # samples processed at once (bounds memory)
-COLLINEAR_TOL = 1e-6  # a regressor is not identifiable when the others explain it to this relative residual
-TERMS = ("fixed_ms", "per_token_ms", "per_patch_ms", "per_patch_sq_ms")
-MICRO_KEYS = ("ms", "tokens_total", "patches", "patch_sq")
 
 
 @dataclass(frozen=True)
@@ -80,149 +92,6 @@ class Sample:
 
     tokens: int  # non-pad tokens of the sample (text + visual)
     image_patches: tuple[int, ...] = ()  # vision patches of each of its images (t*h*w of the grid); () if text-only
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """Time of one micro-batch's forward+backward (ms) = fixed_ms + per_token_ms * padded_tokens
-    + per_patch_ms * patches + per_patch_sq_ms * sum over images of patches_i**2 (the vision attention);
-    optimizer_ms once per global step. Every coefficient is finite and >= 0."""
-
-    fixed_ms: float
-    per_token_ms: float
-    per_patch_ms: float
-    per_patch_sq_ms: float
-    optimizer_ms: float
-    fit: dict = field(default_factory=dict)  # how it was obtained: n micro-batches, r2, residual rms, sources used
-
-    def __post_init__(self) -> None:
-        for name in (*TERMS, "optimizer_ms"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
-                raise AuditError(f"CostModel.{name} must be a finite number >= 0, got {value!r}")
-
-
-# --------------------------------------------------------------------------- fitting
-
-
-def fit_cost_model(micro: list[dict], optimizer_ms: float) -> CostModel:
-    """Fit the per-micro-batch cost model to measured micro-batches (all sources jointly).
-
-    Non-negative least squares (``scipy.optimize.nnls``) on columns scaled to unit norm. A term whose
-    regressor is zero everywhere (no images) or explained by the terms before it (order: fixed, tokens,
-    patches, patch_sq; e.g. patch_sq when every image has the same size, tokens when every micro-batch
-    is padded to the same length) is not identifiable: it is set to 0 and ``fit["dropped"]`` says why.
-
-    Args:
-        micro: one dict per measured micro-batch: ``{"ms": float, "tokens_total": padded B*S,
-            "patches": int, "patch_sq": sum of per-image patches**2, "source": str}``.
-        optimizer_ms: the optimizer step's time (once per global step).
-
-    Returns:
-        A ``CostModel``; its ``fit`` holds n_micro_batches, r2 (None when every ms is equal),
-        residual_rms_ms, the sources used (with counts), the fitted and the dropped terms.
-
-    Raises:
-        AuditError: fewer than 2 micro-batches, a missing key, or a non-finite / negative value.
-    """
-    y, x, sources = _design(micro)
-    if not isinstance(optimizer_ms, int | float) or not np.isfinite(optimizer_ms) or optimizer_ms < 0:
-        raise AuditError(f"optimizer_ms must be a finite number >= 0, got {optimizer_ms!r}")
-    keep, dropped = _identifiable(x)
-    cols = x[:, keep]
-    norms = np.linalg.norm(cols, axis=0)
-    scaled, _ = nnls(cols / norms, y)
-    coef = np.zeros(len(TERMS))
-    coef[keep] = scaled / norms
-    resid = y - x @ coef
-    ss_res = float(resid @ resid)
-    ss_tot = float(((y - y.mean()) ** 2).sum())
-    fit = {
-        "n_micro_batches": len(y),
-        "r2": (1.0 - ss_res / ss_tot) if ss_tot > 0 else None,
-        "residual_rms_ms": float(np.sqrt(ss_res / len(y))),
-        "sources": dict(sorted(sources.items())),
-        "terms": [TERMS[k] for k in keep],
-        "dropped": dropped,
-        "method": "non-negative least squares (scipy.optimize.nnls) on all sources jointly",
-    }
-    return CostModel(*(float(c) for c in coef), optimizer_ms=float(optimizer_ms), fit=fit)
-
-
-def _design(micro: list[dict]) -> tuple[np.ndarray, np.ndarray, Counter]:
-    if not isinstance(micro, list | tuple) or len(micro) < 2:
-        n = len(micro) if isinstance(micro, list | tuple) else type(micro).__name__
-        raise AuditError(f"micro: fit_cost_model needs at least 2 measured micro-batches, got {n}")
-    rows, y, sources = [], [], Counter()
-    for i, m in enumerate(micro):
-        if not isinstance(m, dict):
-            raise AuditError(f"micro[{i}] must be a dict with keys {MICRO_KEYS + ('source',)}, got {type(m).__name__}")
-        missing = [k for k in MICRO_KEYS if k not in m]
-        if missing:
-            raise AuditError(f"micro[{i}] lacks {', '.join(missing)}")
-        vals = []
-        for k in MICRO_KEYS:
-            v = m[k]
-            if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
-                raise AuditError(f"micro[{i}][{k!r}] must be a number, got {v!r}")
-            if not np.isfinite(v) or v < 0:
-                raise AuditError(f"micro[{i}][{k!r}] must be finite and >= 0, got {v!r}")
-            vals.append(float(v))
-        y.append(vals[0])
-        rows.append([1.0, *vals[1:]])
-        sources[str(m.get("source", "?"))] += 1
-    return np.asarray(y), np.asarray(rows), sources
-
-
-def _identifiable(x: np.ndarray) -> tuple[list[int], dict[str, str]]:
-    keep, dropped = [0], {}
-    for j in range(1, x.shape[1]):
-        col = x[:, j]
-        if not col.any():
-            dropped[TERMS[j]] = "its regressor is 0 in every micro-batch" + (" (no images)" if j >= 2 else "")
-            continue
-        base = x[:, keep]
-        beta = np.linalg.lstsq(base, col, rcond=None)[0]
-        if np.linalg.norm(col - base @ beta) <= COLLINEAR_TOL * np.linalg.norm(col):
-            names = ", ".join(TERMS[k] for k in keep)
-            dropped[TERMS[j]] = f"not identifiable: its regressor is collinear with {names} (set to 0)"
-            continue
-        keep.append(j)
-    return keep, dropped
-
-
-# --------------------------------------------------------------------------- one micro-batch
-
-
-def _micro_ms(cost: CostModel, tokens_total: Any, patches: Any, patch_sq: Any) -> Any:
-    """The cost formula, on scalars or arrays (one order of operations for both, so they agree exactly)."""
-    return (
-        cost.fixed_ms + cost.per_token_ms * tokens_total + cost.per_patch_ms * patches + cost.per_patch_sq_ms * patch_sq
-    )
-
-
-def calibrate(cost: CostModel, micro: list[dict]) -> dict[str, CostModel]:
-    """One cost model per source: the joint fit scaled so that its mean over each source's measured
-    micro-batches equals their measured mean (the joint fit gives how cost varies with tokens and patches; the
-    scale absorbs what a linear model misses per source, e.g. a decoder bound by kernel launches on short
-    image-free batches). The optimizer term is not scaled. The factors are in each model's ``fit``."""
-    by: dict[str, list[dict]] = {}
-    for m in micro:
-        by.setdefault(str(m.get("source")), []).append(m)
-    out = {}
-    for name, ms in by.items():
-        pred = [float(_micro_ms(cost, m["tokens_total"], m["patches"], m["patch_sq"])) for m in ms]
-        meas = [float(m["ms"]) for m in ms]
-        f = (sum(meas) / sum(pred)) if sum(pred) > 0 else 1.0
-        out[name] = CostModel(
-            cost.fixed_ms * f,
-            cost.per_token_ms * f,
-            cost.per_patch_ms * f,
-            cost.per_patch_sq_ms * f,
-            cost.optimizer_ms,
-            {**cost.fit, "calibration_factor": f, "calibrated_on": len(ms)},
-        )
-    return out
 
 
 def micro_batch_ms(cost: CostModel, samples: Sequence[Sample], padded_len: Callable[[int, int], int]) -> float:
@@ -238,17 +107,19 @@ def micro_batch_ms(cost: CostModel, samples: Sequence[Sample], padded_len: Calla
         The micro-batch's time in ms.
     """
     if not samples:
-        raise AuditError("samples: a micro-batch needs at least one sample")
+        raise AuditError("`samples`: a micro-batch needs at least one sample")
     tokens, patches, patch_sq = _census_arrays("samples", samples)
     b = len(samples)
     s = _padded(padded_len, int(tokens.max()), b)
-    return float(_micro_ms(cost, b * s, int(patches.sum()), float(patch_sq.sum())))
+    return float(cost_ms(cost, b * s, int(patches.sum()), float(patch_sq.sum())))
 
 
 def _padded(padded_len: Callable[[int, int], int], longest: int, b: int) -> int:
     s = padded_len(longest, b)
     if isinstance(s, bool) or not isinstance(s, int | np.integer) or s < longest:
-        raise AuditError(f"padded_len({longest}, {b}) returned {s!r}: it must be an int >= the longest row ({longest})")
+        raise AuditError(
+            f"`padded_len`({longest}, {b}) returned {s!r}: it must be an int >= the longest row ({longest})"
+        )
     return int(s)
 
 
@@ -313,7 +184,7 @@ def _simulate_source(census: tuple, cost: CostModel, b: int, m: int, dp: int, st
         k = min(per_chunk, steps - start)
         idx = stream.take(k * n_step).reshape(k, m, dp, b)
         s = s_table[rank_of[idx].max(axis=-1)]  # padded length of each micro-batch: (k, m, dp)
-        micro = _micro_ms(cost, b * s, patches[idx].sum(axis=-1), patch_sq[idx].sum(axis=-1))
+        micro = cost_ms(cost, b * s, patches[idx].sum(axis=-1), patch_sq[idx].sum(axis=-1))
         rank_sum = _seq_sum(micro)  # (k, dp)
         rank_max = rank_sum.max(axis=1)
         step = _seq_sum(micro.max(axis=2)) if sync == "micro_batch" else rank_max
@@ -353,20 +224,20 @@ def _check_simulate_args(
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
             raise AuditError(f"{name} must be an int >= 1, got {v!r}")
 
-    positive_int("micro_batch_size", micro_batch_size)
-    positive_int("micro_batches_per_rank", micro_batches_per_rank)
+    positive_int("`micro_batch_size`", micro_batch_size)
+    positive_int("`micro_batches_per_rank`", micro_batches_per_rank)
     if len(dp_sizes) == 0:
-        raise AuditError("dp_sizes must name at least one data-parallel size")
+        raise AuditError("`dp_sizes` must name at least one data-parallel size")
     for dp in dp_sizes:
-        positive_int("every dp_sizes entry", dp)
+        positive_int("every `dp_sizes` entry", dp)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
-        raise AuditError(f"steps must be an int >= 2 (for a standard error), got {steps!r}")
+        raise AuditError(f"`steps` must be an int >= 2 (for a standard error), got {steps!r}")
     if sync not in SYNC_MODES:
-        raise AuditError(f"sync must be one of {', '.join(SYNC_MODES)}, got {sync!r}")
+        raise AuditError(f"`sync` must be one of {', '.join(SYNC_MODES)}, got {sync!r}")
     if not sources:
-        raise AuditError("sources must hold at least one census")
+        raise AuditError("`sources` must hold at least one census")
     if real not in sources:
-        raise AuditError(f"real={real!r} is not one of the sources ({', '.join(sources)})")
+        raise AuditError(f"`real`={real!r} is not one of the sources ({', '.join(sources)})")
 
 
 def simulate(
@@ -479,7 +350,7 @@ def samples_from_batch(
     if len(lengths) != len(visual_per_row):
         raise AuditError(f"lengths has {len(lengths)} rows but visual_per_row has {len(visual_per_row)}")
     if isinstance(merge, bool) or not isinstance(merge, int) or merge < 1:
-        raise AuditError(f"merge must be an int >= 1, got {merge!r}")
+        raise AuditError(f"`merge` must be an int >= 1, got {merge!r}")
     patches = [_grid_patches(i, g, merge) for i, g in enumerate(grids)]
     out, k = [], 0
     for row, (length, visual) in enumerate(zip(lengths, visual_per_row, strict=True)):
@@ -509,106 +380,3 @@ def _grid_patches(i: int, grid: Sequence[int], merge: int) -> int:
     if n % merge**2:
         raise AuditError(f"grids[{i}] = {tuple(grid)}: t*h*w = {n} is not divisible by merge**2 = {merge**2}")
     return n
-
-
-# --------------------------------------------------------------------------- plot
-
-
-def plot_stragglers(result: dict) -> bytes:
-    """PNG of a ``simulate`` result: straggler factor vs DP per source, and each source's samples/s ratio
-    to real vs DP with stragglers (solid) and without (dashed).
-
-    Args:
-        result: what ``simulate`` returned.
-
-    Returns:
-        The PNG's bytes.
-    """
-    try:  # matplotlib is heavy and optional: imported only when a plot is asked for
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise AuditError("plot_stragglers needs matplotlib (pip install 'vlmdata[plot]')") from None
-    dps = result["dp_sizes"]
-    fig = Figure(figsize=(11, 4.2))
-    ax1, ax2 = fig.subplots(1, 2)
-    color = {name: f"C{i}" for i, name in enumerate(result["sources"])}  # one colour per source in both panels
-    for name, by_dp in result["sources"].items():
-        ax1.plot(dps, [by_dp[dp]["straggler_factor"] for dp in dps], marker="o", color=color[name], label=name)
-    ax1.set(xscale="log", xlabel="data-parallel size", ylabel="E[slowest] / E[mean]", title="Straggler factor")
-    ax1.axhline(1.0, color="grey", lw=0.8)
-    ax1.legend()
-    for name, by_dp in result["ratio_vs_real"].items():
-        ax2.plot(dps, [by_dp[dp] for dp in dps], marker="o", color=color[name], label=f"{name} (with stragglers)")
-        no = result["ratio_vs_real_no_stragglers"][name]
-        ax2.plot(dps, [no[dp] for dp in dps], ls="--", color=color[name], label=f"{name} (without)")
-    ax2.set(xscale="log", xlabel="data-parallel size", ylabel="samples/s vs real", title="Mock / real ratio")
-    ax2.axhline(1.0, color="grey", lw=0.8)
-    ax2.legend(fontsize="small")
-    mbs, m = result["micro_batch_size"], result["micro_batches_per_rank"]
-    fig.suptitle(f"sync={result['sync']}, micro-batch size {mbs}, {m} micro-batches per rank")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    return buf.getvalue()
-
-
-def check_ranks(per_rank: dict[str, list[list[dict]]], sync: str = "step") -> dict:
-    """The straggler model against measured ranks (torchrun): for every measured global step of every source,
-    the model's slowest-rank prediction from the micro-batches each rank actually ran (the cost model fitted and
-    calibrated on all ranks' micro-batches, ``fit_cost_model`` + ``calibrate``) against the measured slowest
-    rank (the step time of the rank that took longest).
-
-    Args:
-        per_rank: source -> [rank][step] records (each with ``step_ms``, ``micro`` and ``times_ms``).
-        sync: as ``simulate``: "micro_batch" (EP > 1) or "step".
-
-    Returns:
-        ``{source: {"measured_ms", "predicted_ms", "error", "steps", "factor_measured", "factor_predicted"}}``
-        (means over steps; error = predicted / measured - 1; factors: slowest / mean rank).
-    """
-    micro = [
-        {**m, "source": name}
-        for name, ranks in per_rank.items()
-        for recs in ranks
-        for r in recs
-        for m in r.get("micro") or []
-        if m.get("ms") is not None and m.get("tokens_total") is not None
-    ]
-    if len(micro) < 2:
-        return {}
-    opt = [
-        (r.get("times_ms") or {}).get("optimizer", 0.0) + (r.get("times_ms") or {}).get("grad_sync", 0.0)
-        for ranks in per_rank.values()
-        for recs in ranks
-        for r in recs
-    ]
-    costs = calibrate(fit_cost_model(micro, optimizer_ms=float(np.mean(opt)) if opt else 0.0), micro)
-    out = {}
-    for name, ranks in per_rank.items():
-        c = costs.get(name)
-        if c is None:
-            continue
-        measured, predicted, fm, fp = [], [], [], []
-        for step in zip(*ranks):
-            per = [
-                [float(_micro_ms(c, m["tokens_total"], m["patches"], m["patch_sq"])) for m in r["micro"]] for r in step
-            ]
-            if sync == "micro_batch":
-                pred = sum(max(col) for col in zip(*per)) + c.optimizer_ms
-            else:
-                pred = max(sum(p) for p in per) + c.optimizer_ms
-            times = [float(r["step_ms"]) for r in step]
-            measured.append(max(times))
-            predicted.append(pred)
-            fm.append(max(times) / float(np.mean(times)))
-            fp.append(pred / (float(np.mean([sum(p) for p in per])) + c.optimizer_ms))
-        if measured:
-            out[name] = {
-                "measured_ms": float(np.mean(measured)),
-                "predicted_ms": float(np.mean(predicted)),
-                "error": float(np.mean(predicted) / np.mean(measured) - 1),
-                "steps": len(measured),
-                "factor_measured": float(np.mean(fm)),
-                "factor_predicted": float(np.mean(fp)),
-            }
-    return out

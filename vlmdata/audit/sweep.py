@@ -6,7 +6,8 @@ the product of the sweeps. A user ``--step module:function`` workload receives e
 keyword argument (any key). Each configuration is one full audit (``run_audit``: paired sources, every
 shape warmed, interleaved rounds) with a model built for it; a source that runs out of memory is a result
 (``oom``), not a crash, and the sweep goes on. ``decisions.decide_configs`` then ranks the configurations
-per source and says which decisions each mock gets wrong.
+per source and says which decisions each mock gets wrong; the sweep's verdict (``sweep_verdict``) is
+MISLEADING, UNDECIDED (exit 4, like a single audit) or OK.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ from __future__ import annotations
 import gc
 import itertools
 import os
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch
 
+from vlmdata.audit.config import AuditConfig
 from vlmdata.audit.decisions import decide_configs, label
 from vlmdata.audit.inputs import AuditError
-from vlmdata.audit.runner import AuditConfig, run_audit
+from vlmdata.audit.runner import run_audit
+from vlmdata.audit.verdict import MORE
 from vlmdata.audit.workloads import PARALLEL, RECOMPUTE
 
 SWEEP_KEYS = ("micro_batch_size", "freeze_vision", "recompute", "parallel")
@@ -56,9 +59,9 @@ def parse_sweep(items: list[str], *, user_step: bool = False, distributed: bool 
         key = key.strip()
         vals = [v.strip() for v in values.split(",") if v.strip()]
         if not sep or not key or not vals:
-            raise AuditError(f"sweep needs KEY=V1,V2,..., got {item!r}")
+            raise AuditError(f"`sweep` needs KEY=V1,V2,..., got {item!r}")
         if key in sweep:
-            raise AuditError(f"sweep key {key!r} given twice")
+            raise AuditError(f"`sweep` key {key!r} given twice")
         try:
             if key == "micro_batch_size":
                 typed = [int(v) for v in vals]
@@ -81,7 +84,7 @@ def parse_sweep(items: list[str], *, user_step: bool = False, distributed: bool 
             else:
                 raise ValueError(f"the reference workload sweeps {', '.join(SWEEP_KEYS)}")
         except ValueError as e:
-            raise AuditError(f"sweep {key}: {e}") from None
+            raise AuditError(f"`sweep` {key}: {e}") from None
         sweep[key] = typed
     return sweep
 
@@ -149,30 +152,13 @@ def run_sweep(
     for i, values in enumerate(configs):
         if on_config:
             on_config(i, len(configs), values)
-        workload_values = {k: v for k, v in values.items() if k != "micro_batch_size"}
-        c = replace(
-            cfg,
-            micro_batch_size=values.get("micro_batch_size", cfg.micro_batch_size),
-            workload_options={**cfg.workload_options, **(values if cfg.step else workload_values)},
-        )
-        sub = os.path.join(out_dir, f"config-{i}") if out_dir else None
         kwargs = dict(run_kwargs)
         if workload_factory is not None:
             kwargs["workload"] = workload_factory(values)
-        try:
-            report = build(run_audit(c, out_dir=sub, dist=dist, **kwargs))
-            environment = environment or report.get("environment")
-            workload = workload or report.get("workload")
-        except torch.OutOfMemoryError as e:  # e.g. the model itself does not fit: every source is oom
-            if dist is not None:
-                raise
-            report = {
-                "sources": {
-                    s: {"summary": None, "oom": {"where": "model", "error": str(e).splitlines()[0]}}
-                    for s in cfg.sources
-                },
-                "verdict": None,
-            }
+        sub = os.path.join(out_dir, f"config-{i}") if out_dir else None
+        report = _one_configuration(cfg, values, build, sub, dist, kwargs)
+        environment = environment or report.get("environment")
+        workload = workload or report.get("workload")
         results.append({"values": values, "label": label(values), "report": _compact(report)})
         gc.collect()
         if torch.cuda.is_available():
@@ -185,7 +171,7 @@ def run_sweep(
     return {
         "schema": "vlmdata.audit/2",
         "kind": "sweep",
-        "config": {**asdict(cfg), "sources": list(cfg.sources)},
+        "config": cfg.to_dict(),
         "environment": environment,
         "workload": workload,
         "sweep": {k: list(v) for k, v in sweep.items()},
@@ -195,17 +181,44 @@ def run_sweep(
     }
 
 
+def _one_configuration(cfg: AuditConfig, values: dict, build: Callable, out_dir, dist, kwargs: dict) -> dict:
+    """One configuration's report: an audit with the sweep values (a user step gets all of them, the reference
+    workload all but ``micro_batch_size``, which is the run's); every source out of memory when the model
+    itself does not fit."""
+    workload_values = {k: v for k, v in values.items() if k != "micro_batch_size"}
+    c = replace(
+        cfg,
+        micro_batch_size=values.get("micro_batch_size", cfg.micro_batch_size),
+        workload_options={**cfg.workload_options, **(values if cfg.step else workload_values)},
+    )
+    try:
+        return build(run_audit(c, out_dir=out_dir, dist=dist, **kwargs))
+    except torch.OutOfMemoryError as e:  # e.g. the model itself does not fit: every source is oom
+        if dist is not None:
+            raise
+        oom = {"where": "model", "error": str(e).splitlines()[0]}
+        return {"sources": {s: {"summary": None, "oom": oom} for s in cfg.sources}, "verdict": None}
+
+
 def sweep_verdict(results: list[dict], decisions: dict) -> dict:
     """MISLEADING when a mock's choice costs more than the threshold of real throughput, or when any
-    configuration's own verdict is MISLEADING; the line says the decisions first, then the gap at real's
-    best configuration."""
-    gap_bad = [r["label"] for r in results if (r["report"].get("verdict") or {}).get("status") == "MISLEADING"]
-    status = "MISLEADING" if decisions["misleading"] or gap_bad else "OK"
+    configuration's own verdict is MISLEADING; else UNDECIDED when any configuration's verdict is (a gate must
+    not pass it: measure longer), else OK. The line says the decisions first, then the gap at real's best
+    configuration."""
+    status_of = {r["label"]: (r["report"].get("verdict") or {}).get("status") for r in results}
+    gap_bad = [lab for lab, st in status_of.items() if st == "MISLEADING"]
+    undecided = [lab for lab, st in status_of.items() if st == "UNDECIDED"]
+    if decisions["misleading"] or gap_bad:
+        status = "MISLEADING"
+    else:
+        status = "UNDECIDED" if undecided else "OK"
     best = decisions["per_source"].get("real", {}).get("best")
     at_best = next((r["report"].get("verdict") for r in results if r["label"] == best), None)
     line = f"{status}: {decisions['line']}"
     if gap_bad:
         line += f"; the mock figure overstates real in {len(gap_bad)} of {len(results)} configurations"
+    if status == "UNDECIDED":
+        line += f"; the mock figure is undecided in {len(undecided)} of {len(results)} configurations: {MORE}"
     if at_best:
         line += f"; at real's best configuration ({best}): {at_best['line']}"
     return {
@@ -213,4 +226,5 @@ def sweep_verdict(results: list[dict], decisions: dict) -> dict:
         "line": line,
         "decisions_misleading": decisions["misleading"],
         "configs_misleading": gap_bad,
+        "configs_undecided": undecided,
     }

@@ -42,6 +42,7 @@ from typing import Any, Iterator
 
 import torch
 
+from vlmdata.audit.batch_shapes import shape_items
 from vlmdata.audit.flops import count_tokens
 from vlmdata.audit.inputs import AuditError
 from vlmdata.audit.model import IMAGE_TOKEN_ID
@@ -150,25 +151,25 @@ class _Watchdog:
 def _load(spec: str):
     mod_name, _, fn_name = spec.partition(":")
     if not mod_name or not fn_name:
-        raise AuditError(f"step must be module:function, got {spec!r}")
+        raise AuditError(f"`step` must be module:function, got {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(mod_name)
     except ImportError as e:
-        raise AuditError(f"cannot load step {spec!r}: {e}") from None
+        raise AuditError(f"cannot load `step` {spec!r}: {e}") from None
     except SyntaxError as e:
-        raise AuditError(f"cannot load step {spec!r}: {e.msg} ({e.filename}:{e.lineno})") from None
+        raise AuditError(f"cannot load `step` {spec!r}: {e.msg} ({e.filename}:{e.lineno})") from None
     except (Exception, SystemExit) as e:  # the user's module raised while importing
         raise AuditError(
-            f"importing the step module {mod_name!r} raised {_describe(e)}{_user_frame(e.__traceback__)}"
+            f"importing the `step` module {mod_name!r} raised {_describe(e)}{_user_frame(e.__traceback__)}"
         ) from None
     try:
         fn = getattr(module, fn_name)
     except AttributeError:
-        raise AuditError(f"cannot load step {spec!r}: module {mod_name!r} has no attribute {fn_name!r}") from None
+        raise AuditError(f"cannot load `step` {spec!r}: module {mod_name!r} has no attribute {fn_name!r}") from None
     if not callable(fn):
-        raise AuditError(f"step {spec!r} is not callable")
+        raise AuditError(f"`step` {spec!r} is not callable")
     return fn
 
 
@@ -182,7 +183,7 @@ def _check_signature(fn, spec: str, options: dict) -> None:
     except TypeError as e:
         call = ", ".join(["batch", *[f"{k}=..." for k in options]])
         raise AuditError(
-            f"step {spec!r} has the signature {fn.__name__ if hasattr(fn, '__name__') else spec}{sig}, but the "
+            f"`step` {spec!r} has the signature {fn.__name__ if hasattr(fn, '__name__') else spec}{sig}, but the "
             f"audit calls it as ({call}): {e}"
         ) from None
 
@@ -191,7 +192,9 @@ def _number(v, what: str, spec: str) -> float | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise AuditError(f"the step function {spec} returned {what}={v!r}: expected a finite number >= 0 (or nothing)")
+        raise AuditError(
+            f"the `step` function {spec} returned {what}={v!r}: expected a finite number >= 0 (or nothing)"
+        )
     return v
 
 
@@ -203,7 +206,7 @@ def _checked(ret: Any, spec: str) -> dict:
     if times is not None:
         if not isinstance(times, dict) or not all(isinstance(k, str) for k in times):
             raise AuditError(
-                f"the step function {spec} returned times_ms={times!r:.100}: expected {{stage: milliseconds}}"
+                f"the `step` function {spec} returned times_ms={times!r:.100}: expected {{stage: milliseconds}}"
             )
         for k, v in times.items():
             _number(v, f"times_ms[{k!r}]", spec)
@@ -214,7 +217,7 @@ def _checked(ret: Any, spec: str) -> dict:
         try:
             loss = float(loss)  # a 0-d tensor
         except (TypeError, ValueError):
-            raise AuditError(f"the step function {spec} returned loss={loss!r:.100}: expected a number") from None
+            raise AuditError(f"the `step` function {spec} returned loss={loss!r:.100}: expected a number") from None
         ret = {**ret, "loss": loss}
     return ret
 
@@ -224,7 +227,7 @@ class UserWorkload:
 
     def __init__(self, spec: str, device: str, options: dict | None = None, timeout_s: float | None = None):
         if not isinstance(spec, str):
-            raise AuditError(f"step must be 'module:function', got {type(spec).__name__}")
+            raise AuditError(f"`step` must be 'module:function', got {type(spec).__name__}")
         self.options = dict(options or {})  # sweep values, passed to the function as keyword arguments
         fn = _load(spec)
         _check_signature(fn, spec, self.options)
@@ -249,28 +252,25 @@ class UserWorkload:
         except StepTimeout:
             assert limit is not None
             raise AuditError(
-                f"the step function {self.name} did not return within {limit[0]:g} s (the audit's budget_s"
+                f"the `step` function {self.name} did not return within {limit[0]:g} s (the audit's `budget_s`"
                 + (
                     f" x {COLD_FACTOR:g} for a first or warm-up call"
                     if limit[0] != (self._limit(False) or limit)[0]
                     else ""
                 )
-                + "): stopped; check it for a hang, or raise budget_s"
+                + "): stopped; check it for a hang, or raise `budget_s`"
             ) from None
         except SystemExit as e:
             raise AuditError(
-                f"the step function {self.name} called sys.exit({e.code!r}){_user_frame(e.__traceback__)}: a step must "
+                f"the `step` function {self.name} called sys.exit({e.code!r}){_user_frame(e.__traceback__)}: a step must "
                 "return (or raise); the audit stops without a verdict"
             ) from None
         except Exception as e:  # noqa: BLE001 - the user's code: their exception, reported as theirs
             raise AuditError(
-                f"the step function {self.name} raised {_describe(e)}{_user_frame(e.__traceback__)}"
+                f"the `step` function {self.name} raised {_describe(e)}{_user_frame(e.__traceback__)}"
             ) from None
 
     def shape_items(self, batch: dict) -> frozenset:
-        # workloads re-exports this class (it imports this module at its top): imported here, not above
-        from vlmdata.audit.workloads import shape_items
-
         return shape_items(batch)
 
     def warm(self, batch: dict) -> None:

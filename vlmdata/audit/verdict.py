@@ -27,13 +27,15 @@
 - the stage that contributes most to each source's gap (per-sample stage time, real minus source), named
   only when the source's samples/s interval excludes 1 (``significant``): a stage inside the noise is not
   a cause;
-- knobs: rules on the real source's figures, largest share first (the next one to look at).
+- knobs: rules on the real source's figures, largest share first (the next one to look at;
+  ``vlmdata.audit.knobs``, importable from here).
 """
 
 from __future__ import annotations
 
 import math
 
+from vlmdata.audit.knobs import knobs
 from vlmdata.audit.metrics import RATE_LABELS, ratio_ci
 
 GAP_METRICS = ("samples_per_s", "tflops", "nonpad_tokens_per_s")  # headline order: what people report first
@@ -41,7 +43,6 @@ METRIC_LABELS = {m: RATE_LABELS[m] for m in GAP_METRICS} | {"tflops": "TFLOP/s"}
 DEFAULT_THRESHOLD = 0.10
 PROXY_TOLERANCE = 0.05
 PROXY = "synthetic"
-FORWARD_STAGES = ("forward_other", "vision", "projector", "lm_forward", "lm_head_loss")
 MIN_INTERVAL_STEPS = 5  # fewer steps per source: no interval (the verdict is undecided), never a zero-width one
 LEVEL = 0.95
 MORE = "measure more steps (`max_steps`, `budget_s`)"
@@ -170,84 +171,6 @@ def _significant(g: dict) -> bool:
     return bool(ci and ci.get("lo") is not None and (ci["lo"] > 1 or ci["hi"] < 1))
 
 
-def knobs(real: dict, stragglers: list[int] | None = None) -> list[dict]:
-    """Rules on the real source's summary, each with the share of step time at stake, largest first."""
-    st, step = real.get("stages_ms") or {}, real["step_ms"]["mean"]
-    share = (lambda *ks: sum(st.get(k, 0.0) for k in ks) / step) if step else (lambda *ks: 0.0)
-    fwd = sum(st.get(k, 0.0) for k in FORWARD_STAGES)
-    out = []
-    wait = real.get("data_wait_fraction") or 0.0
-    if wait > 0.05:
-        out.append(
-            {
-                "knob": "data_wait",
-                "share": wait,
-                "message": f"data wait is {wait:.0%} of step time (> 5%): the loader does not keep up; add DataLoader "
-                "workers, pin memory, use the fast image path or GPU JPEG decode",
-            }
-        )
-    vis = st.get("vision", 0.0) + st.get("projector", 0.0)
-    if fwd and (vis / fwd > 0.30 or vis == max(st.get(k, 0.0) for k in FORWARD_STAGES) > 0):
-        out.append(
-            {
-                "knob": "vision_encoder",
-                "share": min(3 * share("vision", "projector"), 1.0),
-                "message": f"vision encoder dominates: {vis / fwd:.0%} of the forward (backward about the same share); "
-                "profile it separately, use varlen flash attention, lower max_pixels, or give it its own "
-                "parallelism",
-            }
-        )
-    pad = (real.get("shape") or {}).get("padding_fraction") or 0.0
-    if pad > 0.30:
-        out.append(
-            {
-                "knob": "padding",
-                "share": pad,
-                "message": f"padding is {pad:.0%} of tokens (> 30%): pack sequences or pad to a multiple of 128 "
-                "instead of seq_length; compare runs by non-pad tokens/s",
-            }
-        )
-    h2d = share("h2d")
-    if h2d > 0.05:
-        out.append(
-            {
-                "knob": "h2d",
-                "share": h2d,
-                "message": f"host-to-device copies take {h2d:.0%} of step time: pin memory (non_blocking copies)",
-            }
-        )
-    head = share("lm_head_loss")
-    if head > 0.25:
-        out.append(
-            {
-                "knob": "lm_head",
-                "share": head,
-                "message": f"lm_head + loss take {head:.0%} of step time: the vocabulary projection over every token; "
-                "compute logits on loss tokens only or fuse the cross entropy",
-            }
-        )
-    cv = real["step_ms"].get("cv") or 0.0
-    if cv > 0.20:
-        out.append(
-            {
-                "knob": "variance",
-                "share": cv / 2,
-                "message": f"step time varies (cv {cv:.0%}): batches carry different visual work; bucket by visual "
-                "tokens or balance images across micro-batches",
-            }
-        )
-    if stragglers:
-        out.append(
-            {
-                "knob": "stragglers",
-                "share": 1.0,
-                "message": f"ranks {stragglers} carry more visual tokens per step and stall the others: balance images "
-                "across data-parallel ranks",
-            }
-        )
-    return sorted(out, key=lambda k: -k["share"])
-
-
 def decide(
     runs: dict[str, dict],
     summaries: dict[str, dict],
@@ -297,21 +220,8 @@ def decide(
         g = gaps(runs, src, real, seed)
         result["gaps"][src] = g
         result["attribution"][src] = stage_attribution(summaries[src], summaries[real], _significant(g))
-        if src == PROXY:
-            continue
-        states = {m: classify(ci, limit) for m, ci in g.items()}
-        for m, ci in g.items():
-            if ci is None or states[m] == WITHIN:
-                continue
-            entry = {"source": src, "metric": m, "ratio": ci["ratio"], "lo": ci["lo"], "hi": ci["hi"]}
-            if states[m] == OFFENDER:
-                result["offenders"].append({**entry, "confident": True})
-            else:
-                result["undecided"].append({**entry, "few_steps": ci["few_steps"]})
-        known = [x for x in states.values() if x is not None]
-        result["states"][src] = (
-            OFFENDER if OFFENDER in known else UNDECIDED if UNDECIDED in known or not known else WITHIN
-        )
+        if src != PROXY:
+            result["states"][src] = _judge(src, g, limit, result["offenders"], result["undecided"])
     judged = result["states"].values()
     result["status"] = "MISLEADING" if OFFENDER in judged else "UNDECIDED" if UNDECIDED in judged else "OK"
     if PROXY in result["gaps"]:
@@ -320,6 +230,21 @@ def decide(
     result["next_knob"] = result["knobs"][0]["knob"] if result["knobs"] else None
     result["line"] = verdict_line(result)
     return result
+
+
+def _judge(src: str, g: dict, limit: float, offenders: list, undecided: list) -> str:
+    """A mock's state over its gaps (``classify``), its offending and undecided metrics added to the lists."""
+    states = {m: classify(ci, limit) for m, ci in g.items()}
+    for m, ci in g.items():
+        if ci is None or states[m] == WITHIN:
+            continue
+        entry = {"source": src, "metric": m, "ratio": ci["ratio"], "lo": ci["lo"], "hi": ci["hi"]}
+        if states[m] == OFFENDER:
+            offenders.append({**entry, "confident": True})
+        else:
+            undecided.append({**entry, "few_steps": ci["few_steps"]})
+    known = [x for x in states.values() if x is not None]
+    return OFFENDER if OFFENDER in known else UNDECIDED if UNDECIDED in known or not known else WITHIN
 
 
 def host_noise(attribution: dict) -> bool:

@@ -30,58 +30,19 @@ gradients reduce-scattered in fp32 on the last micro-batch).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from vlmdata.audit.batch_shapes import batch_shape, materialize, shape_items  # noqa: F401  # re-exported
 from vlmdata.audit.distributed import GradAllReduce, shard_fsdp
 from vlmdata.audit.flops import step_flops
 from vlmdata.audit.inputs import AuditError
 from vlmdata.audit.kernels import kernel_name
-from vlmdata.audit.model import IMAGE_TOKEN_ID, build_model, model_summary
+from vlmdata.audit.model import build_model, model_summary
+from vlmdata.audit.run_spec import RECOMPUTE
 from vlmdata.audit.step import LossForward, TrainStep
-from vlmdata.audit.user_step import UserWorkload  # noqa: F401 - re-exported (the class lives in user_step)
+from vlmdata.audit.user_step import UserWorkload  # noqa: F401  # re-exported (the class lives in user_step)
 
-
-def _visual(batch: dict, key: str):
-    v = batch.get("visual_inputs")
-    if v is None:
-        return None
-    return v.get(key) if isinstance(v, dict) else getattr(v, key, None)
-
-
-def batch_shape(batch: dict) -> dict:
-    """Samples, images, patches and visual tokens per sample of a batch (no FLOPs)."""
-    ids = torch.as_tensor(batch["input_ids"])
-    grid = _visual(batch, "image_grid_thw")
-    return {
-        "samples": int(ids.shape[0]),
-        "images": 0 if grid is None else int(len(grid)),
-        "patches": 0 if grid is None else int(torch.as_tensor(grid).prod(-1).sum()),
-        "visual_tokens_per_sample": (ids == IMAGE_TOKEN_ID).sum(1).tolist(),
-    }
-
-
-def shape_items(batch: dict, loss_tokens: bool = False, per_image: bool = True) -> frozenset:
-    """The shapes a step on ``batch`` runs kernels for: ("tokens", B, S), ("patches", total), ("image", t, h,
-    w) per image when the vision attention runs image by image (``per_image``: transformers' SDPA path, whose
-    cuDNN backend builds a plan per new image size), and ("loss_tokens", n) when the lm_head runs on loss
-    tokens only."""
-    ids = torch.as_tensor(batch["input_ids"])
-    items = {("tokens", *map(int, ids.shape))}
-    grid = _visual(batch, "image_grid_thw")
-    if grid is not None and len(grid):
-        g = torch.as_tensor(grid).tolist()
-        if per_image:
-            items.update(("image", *map(int, row)) for row in g)
-        items.add(("patches", int(sum(t * h * w for t, h, w in g))))
-    if loss_tokens:
-        items.add(("loss_tokens", int((torch.as_tensor(batch["loss_mask"]) > 0).sum())))
-    return frozenset(items)
-
-
-RECOMPUTE = ("none", "selective", "full")
 PARALLEL = ("ddp", "fsdp")
 # what a sweep may vary besides micro_batch_size
 WORKLOAD_OPTIONS = (
@@ -110,7 +71,7 @@ def apply_recompute(model, mode: str) -> int:
     "selective": each decoder layer's attention and MoE block and each vision block's attention;
     "full": each whole decoder layer and vision block; "none": nothing."""
     if mode not in RECOMPUTE:
-        raise AuditError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {mode!r}")
+        raise AuditError(f"`recompute` must be one of {', '.join(RECOMPUTE)}, got {mode!r}")
     layers, blocks = model.model.language_model.layers, model.model.visual.blocks
     if mode == "full":
         targets = [*layers, *blocks]
@@ -121,18 +82,6 @@ def apply_recompute(model, mode: str) -> int:
     for m in targets:
         _checkpointed(m)
     return len(targets)
-
-
-def materialize(batch: dict) -> dict:
-    """``batch`` with its pixel rows in memory (shapes-only batches carry a zero-stride view)."""
-    v = batch.get("visual_inputs")
-    pv = _visual(batch, "pixel_values")
-    if pv is None or pv.is_contiguous():
-        return batch
-    assert v is not None  # pv came from it
-    if isinstance(v, dict):
-        return {**batch, "visual_inputs": {**v, "pixel_values": pv.contiguous()}}
-    return {**batch, "visual_inputs": replace(v, pixel_values=pv.contiguous())}
 
 
 FREEZE_OPTIONS = ("freeze_language_model", "freeze_vision_model", "freeze_vision_projection")
@@ -190,7 +139,7 @@ class ReferenceWorkload:
         experts: int | None = None,
     ):
         if parallel not in PARALLEL:
-            raise AuditError(f"parallel must be one of {', '.join(PARALLEL)}, got {parallel!r}")
+            raise AuditError(f"`parallel` must be one of {', '.join(PARALLEL)}, got {parallel!r}")
         fsdp = parallel == "fsdp" and dist is not None and dist.world_size > 1
         cuda = torch.device(device).type == "cuda"
         # FSDP keeps fp32 sharded weights and computes in bf16 (its mixed-precision policy)

@@ -10,6 +10,8 @@ import argparse
 import math
 import re
 
+from vlmdata.storage import redact_text
+
 
 def _int(text: str) -> int:
     try:
@@ -46,6 +48,54 @@ def worker_counts(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def fraction(text: str) -> float:
+    """A fraction, ``0.1`` or ``10%``, in [0, 10)."""
+    try:
+        v = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (0.1 or 10%)") from None
+    if not 0 <= v < 10:
+        raise argparse.ArgumentTypeError(f"threshold {v} out of range")
+    return v
+
+
+def positive_seconds(text: str) -> float:
+    """A number of seconds > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
+    return v
+
+
+def sweep_item(text: str) -> str:
+    """``KEY=V1,V2,...`` with no credential in it (the library parses the values)."""
+    if redact_text(text) != text:
+        raise argparse.ArgumentTypeError("a value carries a credential or a signed URL; not accepted")
+    key, sep, values = text.partition("=")
+    if not sep or not key.strip() or not [v for v in values.split(",") if v.strip()]:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=V1,V2,... (e.g. micro_batch_size=1,2,4)")
+    return text
+
+
+def key_value(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` -> (key, value): true/false/none, else an int, a float or the text (the library checks it)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"needs KEY=VALUE, got {redact_text(text)!r}")
+    low = value.lower()
+    if low in ("true", "false", "none"):
+        return key, {"true": True, "false": False, "none": None}[low]
+    for cast in (int, float):
+        try:
+            return key, cast(value)
+        except ValueError:
+            continue
+    return key, value
+
+
 SIZE_UNITS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
 
@@ -68,21 +118,21 @@ def parse_size(text: str) -> int:
 
 
 _PARAM = re.compile(r"`([a-z_]+)`")
+# library parameters whose flag is not ``--`` + the name with dashes (every command's; the one map ``cli_flags`` uses)
+PARAM_FLAGS = {"loader_options": "--loader-arg"}
 
 
 def cli_flags(text: str, names: dict[str, str] | None = None) -> str:
     """A library message with its parameter names shown as the command's flags: the one place where
-    parameters become flags.
+    parameters become flags (``vlmdata.cli.main`` applies it to every ``VlmdataError``).
 
     Args:
-        text: the message; backquoted parameter names (```image_root```) become ``--image-root``.
-        names: the command's bare parameter names and their flags (``{"seq_length": "--seq-length"}``),
-            replaced where they appear as whole words (the audit's messages name its config fields).
+        text: the message; backquoted parameter names (```image_root```) become ``--image-root``, or the flag
+            ``PARAM_FLAGS`` names (```loader_options``` -> ``--loader-arg``).
+        names: more parameter -> flag pairs (on top of ``PARAM_FLAGS``).
 
     Returns:
         The message as the command line user should read it.
     """
-    text = _PARAM.sub(lambda m: "--" + m.group(1).replace("_", "-"), str(text))
-    if names:
-        text = re.sub(r"\b(" + "|".join(map(re.escape, names)) + r")\b", lambda m: names[m.group(1)], text)
-    return text
+    flags = {**PARAM_FLAGS, **(names or {})}
+    return _PARAM.sub(lambda m: flags.get(m.group(1), "--" + m.group(1).replace("_", "-")), str(text))

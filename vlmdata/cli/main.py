@@ -111,7 +111,7 @@ def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         sp = mod.add_parser(sub)
         if not any("--quiet" in a.option_strings for a in sp._actions):
             sp.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
-        sp.set_defaults(_run=mod.run, _param_flags=getattr(mod, "PARAM_FLAGS", None))
+        sp.set_defaults(_run=mod.run)
     return p
 
 
@@ -145,7 +145,7 @@ def _main(argv: list[str] | None) -> int:
     except UserError as e:  # already worded for the command line by the command
         return fail(str(e))
     except VlmdataError as e:  # every other user-facing error, caught here once: parameters shown as flags
-        return fail(escape(cli_flags(storage.redact_text(e), getattr(args, "_param_flags", None))))
+        return fail(escape(cli_flags(storage.redact_text(e))))
     except KeyboardInterrupt:
         return fail("interrupted")
     except OSError as e:  # the environment, not the input: a full disk or a vanished file while writing results

@@ -1,0 +1,170 @@
+"""Phase 1-2 of an audit: the inputs, and the census of what every source's batches will bring.
+
+``take_census(run, shards)`` prepares each source's input (``inputs.prepare_input``; real first: the
+synthetic twin covers the sample keys real's steps use) and runs its loader once in *shapes* mode (no decode:
+the exact batches' shapes and token ids, zero pixels) for every micro-batch the measurement may use, each
+batch padded as the run's step pads it (``RunSpec.prepare``). Every sample must fit ``seq_length``. The census
+records, per micro-batch, the shape items it brings (``workload.shape_items``: the warm-up warms each new one),
+its sample keys and epoch, and each sample's tokens and image patches (the straggler model's input).
+
+It returns ``Sources``: the inputs, the censuses, and real's epoch (in micro-batches, and in global steps when
+an epoch is a whole number of them after the warm-up steps; under torchrun every rank takes the longest).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+
+from vlmdata.audit.distributed import agree_max
+from vlmdata.audit.inputs import REAL, AuditError, Input, prepare_input
+from vlmdata.audit.model import IMAGE_TOKEN_ID
+from vlmdata.audit.straggler_model import samples_from_batch
+
+__all__ = ["Census", "Sources", "census", "take_census", "iterate", "next_batch", "row_lengths"]
+
+
+def iterate(loader, inline: bool) -> Iterator:
+    """The loader's batches (``iter_inline``: in this process, when it has one and ``inline``)."""
+    if inline and hasattr(loader, "iter_inline"):
+        return loader.iter_inline()
+    return iter(loader)
+
+
+def next_batch(it: Iterator, name: str, i: int, total: int):
+    """The next batch of source ``name`` (its ``i``-th of ``total``); AuditError when the loader cannot give it."""
+    try:
+        return next(it)
+    except StopIteration:
+        raise AuditError(f"source {name}: the loader ran out of batches after {i} of {total} micro-batches") from None
+    except ValueError as e:  # e.g. every sample skipped, or a row longer than seq_length
+        raise AuditError(f"source {name}: {e}") from None
+
+
+def row_lengths(loader, batch) -> list[int]:
+    """Non-pad tokens of each sample of the loader's last batch (or the batch's width when it does not say)."""
+    lengths = getattr(loader, "last_lengths", None)
+    return list(lengths) if lengths else [int(torch.as_tensor(batch["input_ids"]).shape[1])]
+
+
+@dataclass
+class Census:
+    """What one source's census saw, micro-batch by micro-batch."""
+
+    batches: list = field(default_factory=list)  # shapes-only batches (zero-stride pixels: no pixel memory)
+    items: list[frozenset] = field(default_factory=list)  # shape items of each micro-batch
+    keys: list[list[str]] = field(default_factory=list)
+    epochs: list = field(default_factory=list)  # epoch of each batch (None when the loader does not say)
+    samples: list[list] = field(default_factory=list)  # [tokens, [patches per image]] per sample
+    longest: int = 0
+    too_long: int = 0
+
+    def epoch_micro(self) -> int | None:
+        """Micro-batches until the first batch of the next epoch (None: no epoch ends within the census)."""
+        for i, e in enumerate(self.epochs):
+            if e is not None and e != self.epochs[0]:
+                return i
+        return None
+
+    def epoch_samples(self) -> list[list]:
+        """The samples of the first epoch (or of the whole census)."""
+        end = self.epoch_micro()
+        return [s for b in self.samples[: end or len(self.samples)] for s in b]
+
+
+def _census_samples(loader, batch, merge: int) -> list[list]:
+    """[tokens, [patches per image]] of each sample of a census batch."""
+    ids = torch.as_tensor(batch["input_ids"])
+    grid = batch.get("visual_inputs")
+    grid = grid.get("image_grid_thw") if isinstance(grid, dict) else getattr(grid, "image_grid_thw", None)
+    grids = [] if grid is None else [tuple(map(int, g)) for g in torch.as_tensor(grid).tolist()]
+    lengths = row_lengths(loader, batch)
+    cu = batch.get("cu_seqlens_q")
+    if cu is not None:  # packed: one row of several samples
+        b = torch.as_tensor(cu).tolist()
+        visual = [int((ids[0, s:e] == IMAGE_TOKEN_ID).sum()) for s, e in zip(b[:-1], b[1:])]
+    else:
+        visual = (ids == IMAGE_TOKEN_ID).sum(1).tolist()
+    if len(lengths) != len(visual):
+        lengths = [int(x) for x in (ids != 0).sum(1).tolist()] if cu is None else lengths
+    return [[s.tokens, list(s.image_patches)] for s in samples_from_batch(lengths, grids, visual, merge)]
+
+
+def census(name: str, loader, micro_batches: int, workload, prepare: Callable = lambda b: b, merge: int = 2) -> Census:
+    """Run ``loader`` (shapes mode, in this process) for ``micro_batches`` batches and record what each brings."""
+    it = iterate(loader, inline=True)
+    c = Census()
+    for i in range(micro_batches):
+        batch = prepare(next_batch(it, name, i, micro_batches))
+        c.batches.append(batch)
+        c.items.append(workload.shape_items(batch))
+        c.keys.append(list(getattr(loader, "last_keys", []) or []))
+        c.epochs.append(getattr(loader, "last_epoch", None))
+        lens = row_lengths(loader, batch)
+        c.longest = max(c.longest, max(lens))
+        width = int(torch.as_tensor(batch["input_ids"]).shape[1])
+        too_long = sum(n > width for n in lens) if batch.get("cu_seqlens_q") is None else 0
+        c.too_long += too_long
+        c.samples.append([] if too_long else _census_samples(loader, batch, merge))  # truncated: refused below
+    return c
+
+
+@dataclass
+class Sources:
+    """The inputs and censuses of every source, and real's epoch (module docstring)."""
+
+    inputs: dict[str, Input]
+    censuses: dict[str, Census]
+    epoch_micro: int | None  # micro-batches of real's first epoch (the longest over ranks); None: none ended
+    epoch: int | None  # that epoch in global steps after the warm-up steps; None: not a whole number of them
+
+
+def take_census(run: Any, shards: list[str]) -> Sources:
+    """Inputs and census of every source of ``run`` (a ``runner.AuditRun``; module docstring).
+
+    Args:
+        run: the run's plan, workload and loader factory.
+        shards: the real dataset's shards (generated inputs go to ``run.work_dir``).
+
+    Returns:
+        ``Sources``.
+    """
+    plan, cfg = run.plan, run.plan.cfg
+    merge = plan.res.shape.vision.spatial_merge_size
+    inputs: dict[str, Input] = {}
+    censuses: dict[str, Census] = {}
+    for name in [REAL] + [s for s in cfg.sources if s != REAL]:
+        twin_keys = {k for ks in censuses[REAL].keys for k in ks} if REAL in censuses else None
+        inputs[name] = prepare_input(
+            name,
+            shards,
+            profile=cfg.profile,
+            seed=cfg.seed,
+            model=plan.res.shape.loader_model,
+            work_dir=run.work_dir,
+            twin_keys=twin_keys,
+        )
+        loader, _ = run.open(inputs[name], images="shapes")
+        ahead = (max(1, plan.workers) * 2 + plan.n_micro) if name == REAL else 0  # DataLoader prefetch
+        c = census(name, loader, plan.horizon * plan.n_micro + ahead, run.workload, plan.res.run.prepare, merge)
+        censuses[name] = c
+        if c.too_long:
+            raise AuditError(
+                f"source {name}: {c.too_long} samples in the first {len(c.items)} micro-batches need more than "
+                f"`seq_length`={plan.res.run.seq_length} tokens (the longest needs {c.longest}); use "
+                f"`seq_length` >= {-(-c.longest // 128) * 128}"
+            )
+    micro = censuses[REAL].epoch_micro()
+    if run.dist is not None:  # ranks' shares differ by a sample: one window for all (the longest epoch)
+        micro = int(agree_max(run.dist, micro or 0)) or None
+    return Sources(inputs, censuses, micro, _epoch_steps(micro, plan.warmup, plan.n_micro))
+
+
+def _epoch_steps(micro: int | None, warmup: int, n_micro: int) -> int | None:
+    """Real's epoch in measured global steps (None: no epoch ended, or not a whole number of steps)."""
+    if micro is None:
+        return None
+    micro = max(1, micro - warmup * n_micro) if warmup else micro
+    return micro // n_micro if micro % n_micro == 0 else None

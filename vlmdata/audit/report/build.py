@@ -1,0 +1,69 @@
+"""``build_report(results)``: the runner's result of each rank -> the report dict (summaries per source, the
+ranks merged, stragglers flagged and checked against the model, the verdict)."""
+
+from __future__ import annotations
+
+from vlmdata.audit.metrics import TOKEN_DEFINITIONS, summarize
+from vlmdata.audit.ranks import merge_ranks
+from vlmdata.audit.ranks import stragglers as find_stragglers
+from vlmdata.audit.run_tables import summary_stage_tflops
+from vlmdata.audit.straggler_check import check_ranks
+from vlmdata.audit.verdict import decide
+
+SCHEMA = "vlmdata.audit/2"
+
+
+def build_report(results: list[dict], *, threshold: float, straggler_ratio: float = 1.10, seed: int = 0) -> dict:
+    """``results``: the runner's result of each rank (one element without torchrun)."""
+    first = results[0]
+    world = len(results)
+    interleaved = (first.get("measurement") or {}).get("method") == "interleaved"
+    report = {
+        "schema": SCHEMA,
+        "kind": "run",
+        "config": first["config"],
+        "environment": first["environment"],
+        "workload": first["workload"],
+        "world_size": world,
+        "measurement": first.get("measurement"),
+        "run": first.get("run"),
+        "composition": first.get("composition"),
+        "straggler_model": first.get("straggler_model"),
+        "definitions": {
+            "tokens": TOKEN_DEFINITIONS,
+            "sources": {n: s.get("definition") for n, s in first["sources"].items()},
+        },
+        "sources": {},
+        "stragglers": {},
+    }
+    runs = {}
+    for name in first["sources"]:
+        if first["sources"][name].get("oom") or not first["sources"][name]["records"]:
+            report["sources"][name] = {k: v for k, v in first["sources"][name].items() if k != "world_size"}
+            report["sources"][name]["summary"] = None  # ran out of memory: a result, not a figure
+            continue
+        per_rank = [r["sources"][name]["records"] for r in results]
+        records = per_rank[0] if world == 1 else merge_ranks(per_rank)
+        summary = summarize(records, world)
+        summary["stage_tflops"] = summary_stage_tflops(summary, records)
+        src = {
+            "summary": summary,
+            "records": records,
+            **{k: v for k, v in first["sources"][name].items() if k not in ("records", "world_size")},
+        }
+        if world > 1:
+            src["per_rank"] = [summarize(recs) for recs in per_rank]
+            report["stragglers"][name] = find_stragglers(per_rank, straggler_ratio)
+        report["sources"][name] = src
+        runs[name] = {"records": records, "world_size": world, "interleaved": interleaved}
+    if world > 1:  # the straggler model against the measured slowest rank of every step
+        ep = ((first.get("run") or {}).get("run") or {}).get("ep") or 1
+        per = {n: [r["sources"][n]["records"] for r in results] for n in runs}
+        report["straggler_check"] = check_ranks(per, sync="micro_batch" if ep > 1 else "step")
+    summaries = {k: v["summary"] for k, v in report["sources"].items() if v["summary"] is not None}
+    flagged = sorted({r for s in report["stragglers"].values() for r in s["flagged"]})
+    if "real" in runs and len(runs) > 1:
+        report["verdict"] = decide(runs, summaries, threshold=threshold, stragglers=flagged, seed=seed)
+    else:
+        report["verdict"] = None
+    return report

@@ -1,0 +1,218 @@
+"""How an ``AuditConfig`` resolves into the run the audit measures: ``resolve(cfg)``.
+
+For every setting of the run, in this order of precedence:
+
+1. what the caller gave (``"flag"``: a CLI flag or an API argument);
+2. the user's Megatron Bridge config (``bridge_config``: a ``ConfigContainer`` YAML as Bridge writes it;
+   ``vlmdata.audit.bridge_config``): micro and global batch size, seq_length, TP/PP/EP/CP/ETP, freezing,
+   recompute, packing, the distributed optimizer;
+3. the model's ``config.json`` (``model_config``; ``vlmdata.audit.model_config``) for the model's shape;
+4. the device's defaults (``DEVICE_DEFAULTS``; CPU: the demo's tiny model; CUDA: the ``h200`` preset and the
+   Qwen3-VL-30B-A3B SFT recipe's global batch on one data-parallel rank).
+
+It returns a ``Resolved``: the ``RunSpec`` (``vlmdata.audit.run_spec``), the ``ModelShape``, the slice the
+GPU measures (whole model, or ``slice_layers`` decoder layers and experts / EP per layer:
+``vlmdata.audit.compose``), and ``sources``: where each setting came from.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from vlmdata.audit.bridge_config import BridgeRun, read_bridge_config
+from vlmdata.audit.config import AuditConfig, device_kind
+from vlmdata.audit.inputs import AuditError
+from vlmdata.audit.model_config import (
+    FAMILIES,
+    ModelConfigError,
+    ModelShape,
+    preset_shape,
+    read_model_config,
+    shape_from_bridge,
+)
+from vlmdata.audit.run_spec import PARALLEL_FIELDS, RunSpec, RunSpecError
+
+__all__ = ["Resolved", "resolve", "bridge_packs", "BRIDGE_RUN_FIELDS"]
+
+# the fraction of a GPU's memory a whole model's training state may take before the audit measures a slice
+WHOLE_MODEL_MEMORY_FRACTION = 0.5
+SLICE_PLAIN_LAYERS = 2  # decoder layers without DeepStack additions in a default slice (compose's per-layer cost)
+BRIDGE_RUN_FIELDS = (  # the run's settings a Bridge config may give
+    *("micro_batch_size", "global_batch_size", "seq_length", *PARALLEL_FIELDS),
+    *("freeze_language_model", "freeze_vision_model", "freeze_vision_projection", "recompute"),
+    "use_distributed_optimizer",
+)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What ``resolve`` settled (see the module docstring)."""
+
+    run: RunSpec
+    shape: ModelShape
+    layers: int | None  # decoder layers built (None: all)
+    experts: int | None  # routed experts per layer built (None: all)
+    sources: dict[str, str]  # setting -> flag | bridge config | model config | default
+    notes: tuple[str, ...] = ()
+
+    @property
+    def sliced(self) -> bool:
+        return self.layers is not None and self.layers < self.shape.layers
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "run": self.run.describe(),
+            "model": self.shape.describe(),
+            "measured_layers": self.layers or self.shape.layers,
+            "measured_experts": self.experts or self.shape.experts,
+            "sliced": self.sliced,
+            "sources": dict(self.sources),
+            "notes": list(self.notes),
+        }
+
+
+def _bridge(path: str | None) -> BridgeRun | None:
+    return None if path is None else read_bridge_config(path)
+
+
+def bridge_packs(bridge: BridgeRun) -> bool:
+    """Whether a Bridge run really packs samples into rows. In 0.6.2 the Qwen3-VL recipes set
+    ``enable_in_batch_packing`` with ``defer_in_batch_packing_to_step``: the collate does not pack and
+    ``qwen3_vl_step`` keeps one sample per row (it only builds THD metadata), so that is not packing; offline
+    packing (Energon) is."""
+    d = bridge.packing_detail or {}
+    in_batch = bool(d.get("enable_in_batch_packing")) and not d.get("defer_in_batch_packing_to_step")
+    return bool(d.get("enable_offline_packing")) or in_batch
+
+
+def _shape(cfg: AuditConfig, bridge: BridgeRun | None, sources: dict[str, str]) -> ModelShape:
+    try:
+        if cfg.model_config is not None:
+            sources["model"] = "model config"
+            return read_model_config(cfg.model_config)
+        if cfg.preset is None and bridge is not None and (bridge.model_fields or {}).get("num_layers"):
+            sources["model"] = "bridge config"
+            return shape_from_bridge(bridge.model_fields, f"the model of {bridge.path}")
+        sources["model"] = "flag" if cfg.preset is not None else "default"
+        return preset_shape(cfg.preset or cfg.defaults()["preset"])
+    except ModelConfigError as e:
+        raise AuditError(str(e)) from None
+
+
+def _run_values(cfg: AuditConfig, bridge, sources: dict[str, str]) -> dict[str, Any]:
+    d = cfg.defaults()
+    values: dict[str, Any] = {}
+    for name in BRIDGE_RUN_FIELDS:
+        given = getattr(cfg, name, None)
+        from_bridge = getattr(bridge, _BRIDGE_NAMES.get(name, name), None) if bridge is not None else None
+        if given is not None:
+            values[name], sources[name] = given, "flag"
+        elif from_bridge is not None:
+            values[name], sources[name] = from_bridge, "bridge config"
+        elif name in ("seq_length", "micro_batch_size"):
+            values[name], sources[name] = d[name], "default"
+        else:
+            sources[name] = "default"
+    if cfg.seq_policy is not None:
+        values["seq_policy"], sources["seq_policy"] = cfg.seq_policy, "flag"
+    elif bridge is not None and bridge_packs(bridge):
+        values["seq_policy"], sources["seq_policy"] = "pack", "bridge config"
+    else:
+        sources["seq_policy"] = "default"
+    values["default_micro_batches"] = d["micro_batches"]
+    return values
+
+
+_BRIDGE_NAMES = {
+    "tp": "tensor_parallel",
+    "pp": "pipeline_parallel",
+    "ep": "expert_parallel",
+    "cp": "context_parallel",
+    "etp": "expert_tensor_parallel",
+    "dp": "data_parallel",
+}
+
+
+def _measured_part(cfg: AuditConfig, shape: ModelShape, run: RunSpec, sources: dict[str, str]):
+    """(layers, experts) of the part one GPU builds, and a note."""
+    experts = None
+    if shape.experts and run.ep > 1:
+        experts = max(1, shape.experts // run.ep)
+    if cfg.slice_layers is not None:
+        sources["slice_layers"] = "flag"
+        return min(cfg.slice_layers, shape.layers), experts, None
+    sources["slice_layers"] = "default"
+    params = _param_count(shape, experts)
+    cuda = device_kind(cfg.device) == "cuda"
+    total_mem = (
+        torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        if cuda
+        else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    )
+    bytes_per_param = 20 if shape.master_weights else 8
+    if total_mem and params * bytes_per_param > WHOLE_MODEL_MEMORY_FRACTION * total_mem:
+        deepstack = len(getattr(shape.vision, "deepstack_visual_indexes", None) or [])
+        layers = min(max(4, deepstack + SLICE_PLAIN_LAYERS), shape.layers)
+        return (
+            layers,
+            experts,
+            (
+                f"the whole model ({params / 1e9:.1f}B parameters on this GPU, {params * bytes_per_param / 2**30:.0f} "
+                f"GiB of training state) does not fit: measuring {layers} of {shape.layers} decoder layers and "
+                "composing the step (vlmdata.audit.compose)"
+            ),
+        )
+    return None, experts, None
+
+
+def _param_count(shape: ModelShape, experts: int | None) -> int:
+    """Parameters of the part one GPU holds (experts / EP per layer), counted on the meta device."""
+    import transformers
+
+    cfg = shape.sliced(None, experts)
+    with torch.device("meta"):
+        model = getattr(transformers, FAMILIES[shape.model_type][2])(cfg)
+    return sum(p.numel() for p in model.parameters())
+
+
+def resolve(cfg: AuditConfig, world_size: int = 1) -> Resolved:
+    """Fill in every setting (see the module docstring); ``world_size``: data-parallel ranks under torchrun
+    (their count is the run's DP unless given)."""
+    sources: dict[str, str] = {}
+    notes: list[str] = []
+    bridge = _bridge(cfg.bridge_config)
+    shape = _shape(cfg, bridge, sources)
+    values = _run_values(cfg, bridge, sources)
+    if world_size > 1 and "dp" not in values:
+        values["dp"], sources["dp"] = world_size, "flag"
+    try:
+        run = RunSpec(**values, sources={k: v for k, v in sources.items() if k in values})
+    except RunSpecError as e:
+        raise AuditError(str(e)) from None
+    if bridge is not None and getattr(bridge, "model_fields", None):
+        notes += _model_mismatch(bridge.model_fields, shape)
+    layers, experts, note = _measured_part(cfg, shape, run, sources)
+    if note:
+        notes.append(note)
+    if run.ep > 1 and not shape.experts:
+        notes.append(f"ep={run.ep} on a dense decoder ({shape.family}): no experts to distribute; ignored")
+    return Resolved(run, shape, layers, experts, sources, tuple(notes))
+
+
+def _model_mismatch(fields: dict, shape: ModelShape) -> list[str]:
+    """Bridge's model fields that disagree with the model config (said in the report)."""
+    pairs = {
+        "num_layers": shape.layers,
+        "hidden_size": shape.text.hidden_size,
+        "num_moe_experts": shape.experts,
+        "moe_router_topk": shape.top_k,
+    }
+    return [
+        f"the Bridge config's model.{k} is {fields[k]} but the model has {v}"
+        for k, v in pairs.items()
+        if fields.get(k) is not None and v is not None and fields[k] != v
+    ]

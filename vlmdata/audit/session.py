@@ -1,0 +1,119 @@
+"""One ``vlmdata audit`` run as one library call: ``run_session(cfg, ...)``.
+
+In order: the checks that fail in a second instead of after minutes of measuring (the input paths carry no
+credential, the device exists, the output folder can be written and replaces only an earlier audit's files:
+``vlmdata.audit.guard``); the torch CPU threads; the process group under torchrun
+(``distributed.init_distributed``); the watchdog of a user ``step`` (no single call outlasts ``budget_s``);
+then one audit (``runner.run_audit``) or, with ``sweep``, every configuration of the grid
+(``sweep.run_sweep``), every rank's result gathered into the report (``report.build_report``). Rank 0 writes
+the report's files; no rank leaves before it has (torchrun kills the others when one exits), and the process
+group is shut down whatever happened.
+
+The library prints nothing: ``progress`` and ``on_config`` are the caller's (called on rank 0 only), and the
+returned ``AuditSession`` carries the report, the files written and whether this is rank 0 (the one that
+reports; the other ranks' reports are rank 0's figures too).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.distributed
+
+from vlmdata.audit.config import AuditConfig
+from vlmdata.audit.distributed import DistInfo, gather, init_distributed, shutdown
+from vlmdata.audit.guard import check_device, check_out_dir, check_paths
+from vlmdata.audit.report import build_report, write_report
+from vlmdata.audit.runner import run_audit
+from vlmdata.audit.sweep import parse_sweep, run_sweep
+from vlmdata.audit.user_step import reset_step_limit, set_step_limit
+
+__all__ = ["AuditSession", "run_session"]
+
+
+@dataclass
+class AuditSession:
+    """What ``run_session`` returns."""
+
+    report: dict
+    paths: dict[str, str] | None  # report.json / .md / .html written (rank 0 with ``out_dir``), else None
+    main: bool  # this process is rank 0 (or there is no process group)
+
+
+def run_session(
+    cfg: AuditConfig,
+    *,
+    out_dir: str | None = None,
+    sweep: Sequence[str] = (),
+    memory_limit_gb: float | None = None,
+    threads: int | None = None,
+    progress: Callable | None = None,
+    on_config: Callable[[int, int, dict], None] | None = None,
+) -> AuditSession:
+    """Check, measure, report (module docstring).
+
+    Args:
+        cfg: the run's settings.
+        out_dir: where report.json / .md / .html (and the synthetic twin) go; None: nowhere.
+        sweep: ``KEY=V1,V2`` items (``sweep.parse_sweep``); empty: one audit.
+        memory_limit_gb: with a sweep, configurations whose peak memory exceeds it do not fit.
+        threads: torch CPU threads (None: torch's).
+        progress: ``progress(total)`` -> context manager yielding ``advance(n=1)`` (rank 0).
+        on_config: called with (index, count, values) before each configuration of a sweep (rank 0).
+
+    Returns:
+        An ``AuditSession``; the report has ``wall_s``.
+    """
+    check_paths(real=cfg.real, profile=cfg.profile)
+    check_device(cfg.device)
+    if out_dir:  # before measuring: the folder can be written and replaces only an earlier audit's files
+        check_out_dir(out_dir, real=cfg.resolved_real(), profile=cfg.profile)
+    if threads:
+        torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    info = init_distributed(cfg.device)
+    step_limit = set_step_limit(cfg.measure_settings()["budget_s"], hard=True)  # no --step call outlasts it
+    main = info is None or info.is_main
+    try:
+        report = _measure(cfg, info, sweep, out_dir, memory_limit_gb, progress if main else None, on_config)
+        report["wall_s"] = time.perf_counter() - t0
+        paths = write_report(report, out_dir) if (main and out_dir) else None
+        if info is not None:  # no rank exits before rank 0 has written (torchrun kills the others)
+            torch.distributed.barrier()
+    finally:
+        shutdown(info)
+        reset_step_limit(step_limit)
+    return AuditSession(report, paths, main)
+
+
+def _measure(
+    cfg: AuditConfig,
+    info: DistInfo | None,
+    sweep: Sequence[str],
+    out_dir: str | None,
+    memory_limit_gb: float | None,
+    progress: Callable | None,
+    on_config: Callable | None,
+) -> dict:
+    """One audit's report, or a sweep's."""
+    main = info is None or info.is_main
+
+    def build(result: dict) -> dict:
+        return build_report(gather(result, info), threshold=cfg.threshold, seed=cfg.seed)
+
+    if not sweep:
+        return build(run_audit(cfg, out_dir=out_dir, dist=info, progress=progress))
+    grid = parse_sweep(list(sweep), user_step=bool(cfg.step), distributed=info is not None)
+    return run_sweep(
+        cfg,
+        grid,
+        build=build,
+        out_dir=out_dir,
+        dist=info,
+        memory_limit_gb=memory_limit_gb,
+        progress=progress,
+        on_config=on_config if main else None,
+    )

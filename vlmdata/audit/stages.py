@@ -1,0 +1,168 @@
+"""Stage arithmetic of one timed global step: the timing marks ``vlmdata.audit.step.TrainStep`` placed, turned
+into stage times (no torch: the report, the rank merge and the logs read the stage names from here).
+
+``STAGES`` (they add up to the step's wall time, up to ``other``; ``vlmdata.audit.step`` says what each
+covers); ``FORWARD_STAGES`` and ``BACKWARD_STAGES`` are its forward and backward parts.
+
+``stage_times(marks, micro)`` reads a global step's marks (``(name, ms since the first mark)``, in order:
+``start``, ``h2d_end``, the vision / projector / decoder / head marks, ``fwd_end``, the backward's gradient
+marks, ``bwd_end`` per micro-batch; ``sync_end`` and ``opt_end`` once) and each micro-batch's host figures
+(``wait_ms``, ``prep_ms``, the index of its first mark): the device idle between micro-batches is split into
+data wait (at most what the host waited), prep (at most the host's preparation) and ``host_gap`` (the rest).
+``plain_layers(marks, first, n)``: the forward and backward time of the decoder layers without DeepStack
+additions, the per-layer cost a slice composes with (``vlmdata.audit.compose``). ``STAGE_PARTS`` maps the
+stages to the model parts whose FLOPs they compute (``vlmdata.audit.flops``); ``stage_tflops`` gives each
+stage's TFLOP/s.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "STAGE_ORDER",
+    "STAGES",
+    "FORWARD_STAGES",
+    "BACKWARD_STAGES",
+    "STAGE_PARTS",
+    "stage_times",
+    "plain_layers",
+    "stage_tflops",
+]
+
+# every stage a report shows, in order (the one list of stage names)
+STAGE_ORDER = (
+    "data_wait",
+    "prep",
+    "h2d",
+    "forward_other",
+    "vision",
+    "projector",
+    "lm_forward",
+    "lm_head_loss",
+    "backward_head",
+    "backward_decoder",
+    "backward_vision",
+    "backward",  # a step that does not split its backward (older reports, user steps)
+    "host_gap",
+    "grad_sync",
+    "optimizer",
+    "ep_all_to_all",  # modelled (vlmdata.audit.compose), not measured
+    "other",
+)
+NOT_TIMED = ("backward", "ep_all_to_all", "other")  # in reports only: unsplit backward, modelled, the rest
+STAGES = tuple(s for s in STAGE_ORDER if s not in NOT_TIMED)  # what TrainStep times
+FORWARD_STAGES = ("forward_other", "vision", "projector", "lm_forward", "lm_head_loss")
+BACKWARD_STAGES = ("backward_head", "backward_decoder", "backward_vision")
+
+
+def stage_times(marks: list[tuple[str, float]], micro: list[dict]) -> tuple[dict[str, float], list[float], list[float]]:
+    """Stage times of a global step from its marks and the micro-batches' host figures; also each
+    micro-batch's device time and its decoder layers' share (forward + backward)."""
+    t = {k: 0.0 for k in STAGES}
+    micro_ms, decoder_ms = [], []
+    starts = [m["mark"] for m in micro] + [len(marks)]
+    prev_end = None
+    for j, m in enumerate(micro):
+        seg = marks[starts[j] : starts[j + 1]]
+        at = dict(reversed(seg))  # first occurrence of each name
+        end = at.get("bwd_end", seg[-1][1])
+        micro_ms.append(end - at["start"])
+        before = t["lm_forward"] + t["backward_decoder"]
+        _micro_stages(t, seg, at, end)
+        decoder_ms.append(t["lm_forward"] + t["backward_decoder"] - before)
+        if prev_end is None:
+            t["data_wait"] += m["wait_ms"]
+            t["prep"] += m["prep_ms"]
+        else:  # the device idled from the previous micro-batch's end to this one's start
+            gap = max(at["start"] - prev_end, 0.0)
+            waited = min(gap, m["wait_ms"])
+            prepped = min(gap - waited, m["prep_ms"])
+            t["data_wait"] += waited
+            t["prep"] += prepped
+            t["host_gap"] += gap - waited - prepped
+        prev_end = end
+    at = dict(reversed(marks))
+    if prev_end is not None:
+        t["grad_sync"] = at["sync_end"] - prev_end
+        t["optimizer"] = at["opt_end"] - at["sync_end"]
+    first = micro[0] if micro else {"wait_ms": 0.0, "prep_ms": 0.0}
+    t["total"] = first["wait_ms"] + first["prep_ms"] + at.get("opt_end", 0.0)
+    return t, micro_ms, decoder_ms
+
+
+def plain_layers(marks: list[tuple[str, float]], first: int, n: int) -> dict[str, float]:
+    """Forward and backward device time of the decoder layers that get no DeepStack addition (``first``..n-1),
+    summed over the step's micro-batches: the per-layer cost a slice composes with (``vlmdata.audit.compose``).
+    Layer i's forward runs from its mark to the next layer's (or the final norm's); its backward from the
+    gradient of the next layer's input (or of the final norm's input) to the gradient of its own input."""
+    out = {"forward_ms": 0.0, "backward_ms": 0.0, "layers": 0}
+    seg: dict[str, float] = {}
+    for name, ms in marks + [("", 0.0)]:
+        if name in ("start", ""):  # a micro-batch boundary (or the end)
+            for i in range(first, n):
+                f0, f1 = seg.get(f"L{i}"), seg.get(f"L{i + 1}", seg.get("lm_norm"))
+                b0, b1 = seg.get(f"B{i + 1}", seg.get("bwd_head_end")), seg.get(f"B{i}")
+                if None not in (f0, f1, b0, b1):
+                    out["forward_ms"] += f1 - f0  # pyright: ignore[reportOperatorIssue]  # not None (checked)
+                    out["backward_ms"] += b1 - b0  # pyright: ignore[reportOperatorIssue]
+                    out["layers"] += 1
+            seg = {}
+        seg.setdefault(name, ms)
+    return out
+
+
+def _micro_stages(t: dict[str, float], seg: list[tuple[str, float]], at: dict[str, float], end: float) -> None:
+    """Add one micro-batch's forward and backward stages to ``t``."""
+    proj, open_at = 0.0, None
+    for name, ms in seg:
+        if name == "proj_start":
+            open_at = ms
+        elif name == "proj_end" and open_at is not None:
+            proj, open_at = proj + ms - open_at, None
+    vis_total = at["vision_end"] - at["vision_start"] if "vision_start" in at else 0.0
+    lm = at["head_start"] - at["lm_start"]
+    head = at["fwd_end"] - at["head_start"]
+    fwd = at["fwd_end"] - at["h2d_end"]
+    t["h2d"] += at["h2d_end"] - at["start"]
+    t["vision"] += vis_total - proj
+    t["projector"] += proj
+    t["lm_forward"] += lm
+    t["lm_head_loss"] += head
+    t["forward_other"] += fwd - vis_total - lm - head
+    head_end = at.get("bwd_head_end", at["fwd_end"])
+    dec_end = at.get("B0", head_end)
+    t["backward_head"] += head_end - at["fwd_end"]
+    t["backward_decoder"] += dec_end - head_end
+    t["backward_vision"] += end - dec_end
+
+
+# the step's stages -> (the parts whose FLOPs they compute, fraction of the training FLOPs)
+STAGE_PARTS = {
+    "vision": (("vision_flops",), 1 / 3),
+    "projector": (("projector_flops",), 1 / 3),
+    "lm_forward": (("lm_layers_flops",), 1 / 3),
+    "lm_head_loss": (("lm_head_flops",), 1 / 3),
+    "backward_head": (("lm_head_flops",), 2 / 3),
+    "backward_decoder": (("lm_layers_flops",), 2 / 3),
+    "backward_vision": (("vision_flops", "projector_flops"), 2 / 3),
+}
+
+
+def stage_tflops(stages_ms: dict[str, float], flops: dict[str, float]) -> dict[str, float | None]:
+    """TFLOP/s of each stage of ``STAGE_PARTS`` from its mean ms and the mean FLOPs of the parts it runs
+    (``flops``: part name -> FLOPs per step); also ``backward`` (all three) and ``step`` (``total_flops`` over
+    ``total_ms`` when both are given)."""
+    out: dict[str, float | None] = {}
+    for stage, (parts, frac) in STAGE_PARTS.items():
+        ms = stages_ms.get(stage)
+        work = sum(flops.get(p) or 0.0 for p in parts) * frac
+        out[stage] = work / ms / 1e9 if ms and work else None
+    back_ms = sum(stages_ms.get(s, 0.0) for s in ("backward_head", "backward_decoder", "backward_vision"))
+    back = (
+        2
+        / 3
+        * sum(flops.get(p) or 0.0 for p in ("lm_layers_flops", "lm_head_flops", "vision_flops", "projector_flops"))
+    )
+    out["backward"] = back / back_ms / 1e9 if back_ms and back else None
+    if flops.get("total_flops") and stages_ms.get("total"):
+        out["step"] = flops["total_flops"] / stages_ms["total"] / 1e9
+    return out
