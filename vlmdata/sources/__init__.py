@@ -17,9 +17,9 @@ from vlmdata.sources.base import SourceError, SourceItem, check_folder_root, wal
 from vlmdata.sources.folder import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, iter_folder, iter_folder_url
 from vlmdata.sources.hfdataset import is_hf_dir, iter_hf
 from vlmdata.sources.jsonrecords import iter_json_source, sniff
+from vlmdata.sources.text import DEFAULT_PROMPT
 
 FORMATS = ("folder", "llava", "messages", "hf")
-DEFAULT_PROMPT = "Describe this image."
 
 
 def _detect_url(path: str) -> str:

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from vlmdata.dataset.schema import FORMAT_EXT, ImageInfo, Sample
-from vlmdata.profile.measure import profile_sha256, sample_rows, tokenizer_for_profile, validate_profile
+from vlmdata.profile.document import profile_sha256, sample_rows, validate_profile
+from vlmdata.profile.tokens import tokenizer_for_profile
 from vlmdata.synthetic import pixels
 from vlmdata.synthetic.images import SyntheticImage, detail_for
 from vlmdata.synthetic.jpeg import DEFAULT_QUALITY, SUBSAMPLINGS, Encoded, search_to_target

@@ -14,7 +14,7 @@ from itertools import count, islice
 from typing import Iterator
 
 from vlmdata.dataset.schema import Sample
-from vlmdata.profile.measure import load_profile
+from vlmdata.profile.document import load_profile
 from vlmdata.synthetic.generate import ProfileGenerator
 from vlmdata.synthetic.images import ImagePool
 from vlmdata.synthetic.mocks import MOCKS, BridgeNoise, ImageFree
