@@ -3,7 +3,7 @@ package's modules import each other without cycles.
 
 Layers, lowest first (a module may import its own component and any lower layer, nothing else):
 
-    errors, qwen -> storage -> dataset -> sources | interop -> build | profile -> synthetic -> loaders
+    errors -> registry | qwen -> storage -> dataset -> sources | interop -> build | profile -> synthetic -> loaders
     -> audit | baselines -> benchmarks -> cli
 
 Components on one layer (``build`` and ``profile``, ...) do not import each other. Every import counts,
@@ -22,7 +22,8 @@ import vlmdata
 PKG = os.path.dirname(vlmdata.__file__)
 
 LAYERS = [
-    ("errors", "qwen"),
+    ("errors",),
+    ("registry", "qwen"),
     ("storage",),
     ("dataset",),
     ("sources", "interop"),
