@@ -25,7 +25,7 @@ from vlmdata.errors import VlmdataError
 from vlmdata.loaders.api import make_loader
 from vlmdata.loaders.inputs import resolve_shards
 from vlmdata.loaders.options import LoaderOptions
-from vlmdata.sources import SourceError, detect_format
+from vlmdata.sources import FORMATS, SourceError, detect_format
 
 
 def real_shards(real: str) -> list[str]:
@@ -116,10 +116,6 @@ def _build_hint(path: str) -> str | None:
         fmt = detect_format(path)
     except (SourceError, ValueError, OSError):
         return None
-    what = {
-        "folder": "an image folder",
-        "llava": "LLaVA JSON",
-        "messages": "messages JSON",
-        "hf": "a Hugging Face dataset",
-    }.get(fmt, f"a {fmt} source")
+    entry = FORMATS.get(fmt)
+    what = entry.description if entry is not None else f"a {fmt} source"
     return f"it is {what}, not vlmdata shards: run `vlmdata build {path} -o SHARDS` first, then audit SHARDS"
