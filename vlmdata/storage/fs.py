@@ -214,6 +214,17 @@ def rename(src: str, dst: str) -> None:
     fs.mv(a, b)
 
 
+def _commit_remote(p: str, send: Callable[[Any, str], None]) -> None:
+    """``send(fs, target)`` so that the URL ``p`` never exists half-written: on an object store the one upload is
+    the commit point (``target`` is ``p``); elsewhere it goes to ``p + '.tmp'``, then is renamed."""
+    fs, inner = fs_and_path(p)
+    if protocol(p) in OBJECT_STORES:
+        send(fs, inner)
+    else:
+        send(fs, inner + ".tmp")
+        fs.mv(inner + ".tmp", inner)
+
+
 @_translated
 def put(local_file: str, p: str) -> None:
     """Upload a local file so that ``p`` never exists half-written.
@@ -228,12 +239,7 @@ def put(local_file: str, p: str) -> None:
         shutil.copyfile(local_file, tmp)
         os.replace(tmp, p)
         return
-    fs, inner = fs_and_path(p)
-    if protocol(p) in OBJECT_STORES:
-        fs.put_file(local_file, inner)
-    else:
-        fs.put_file(local_file, inner + ".tmp")
-        fs.mv(inner + ".tmp", inner)
+    _commit_remote(p, lambda fs, target: fs.put_file(local_file, target))
     want = os.path.getsize(local_file)
     got = size(p)
     if got != want:
@@ -267,12 +273,7 @@ def write_bytes(p: str, data: bytes, fsync: bool = True) -> None:
                 os.fsync(f.fileno())
         os.replace(tmp, p)
         return
-    fs, inner = fs_and_path(p)
-    if protocol(p) in OBJECT_STORES:
-        fs.pipe_file(inner, data)
-    else:
-        fs.pipe_file(inner + ".tmp", data)
-        fs.mv(inner + ".tmp", inner)
+    _commit_remote(p, lambda fs, target: fs.pipe_file(target, data))
 
 
 def write_json(p: str, obj, fsync: bool = True) -> None:
