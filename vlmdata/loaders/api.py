@@ -37,6 +37,26 @@ def _dist_rank_world() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
+def _rank_world(o: LoaderOptions) -> tuple[int, int]:
+    """(rank, world size): the options', else torch.distributed's or the environment's."""
+    rank, world_size = o.rank, o.world_size
+    if rank is None or world_size is None:
+        r, w = _dist_rank_world()
+        rank = r if rank is None else rank
+        world_size = w if world_size is None else world_size
+    if not 0 <= rank < world_size:
+        raise OptionsError(f"`rank` {rank} is outside a world of {world_size}")
+    return rank, world_size
+
+
+def _plan(kind: str, payload: Any, o: LoaderOptions) -> Plan:
+    """The epoch plan: over every shard's samples (located once by a header scan), or over a source's indices."""
+    if kind == "shards":
+        refs = [ShardIndex(i, scan_shard(p, i)) for i, p in enumerate(payload)]
+        return Plan("shards", refs_by_shard=refs, seed=o.seed, shuffle=o.shuffle, buffer=o.shuffle_buffer)
+    return Plan("source", epoch_samples=o.epoch_samples, seed=o.seed, shuffle=o.shuffle, buffer=o.shuffle_buffer)
+
+
 def make_loader(source: Any, options: LoaderOptions | None = None, *, tokenizer=None, **changes: Any) -> VlmLoader:
     """A loader of Megatron Bridge Qwen-VL batches.
 
@@ -56,24 +76,9 @@ def make_loader(source: Any, options: LoaderOptions | None = None, *, tokenizer=
     if options is not None and not isinstance(options, LoaderOptions):
         raise OptionsError(f"`options` must be a LoaderOptions, got {type(options).__name__}")
     o = (options or LoaderOptions()).replace(**changes)
-    rank, world_size = o.rank, o.world_size
-    if rank is None or world_size is None:
-        r, w = _dist_rank_world()
-        rank = r if rank is None else rank
-        world_size = w if world_size is None else world_size
-    if not 0 <= rank < world_size:
-        raise OptionsError(f"`rank` {rank} is outside a world of {world_size}")
+    rank, world_size = _rank_world(o)
     kind, payload = open_source(source, o.seed)
-    if kind == "shards":
-        plan = Plan(
-            "shards",
-            refs_by_shard=[ShardIndex(i, scan_shard(p, i)) for i, p in enumerate(payload)],
-            seed=o.seed,
-            shuffle=o.shuffle,
-            buffer=o.shuffle_buffer,
-        )
-    else:
-        plan = Plan("source", epoch_samples=o.epoch_samples, seed=o.seed, shuffle=o.shuffle, buffer=o.shuffle_buffer)
+    plan = _plan(kind, payload, o)
     try:
         chat = ChatTokenizer(tokenizer, o.model, chat_template=o.chat_template)
     except TokenizerArgumentError as e:
