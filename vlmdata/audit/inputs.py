@@ -30,16 +30,13 @@ See ``audit.real_data`` for the rule that the real source must be real and for t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vlmdata import storage
 from vlmdata.errors import VlmdataError
 from vlmdata.registry import Registry, lazy_exports, load
 from vlmdata.synthetic.mocks import IMAGEFREE
 from vlmdata.synthetic.mocks import MOCKS as MOCK_GENERATORS
-
-if TYPE_CHECKING:  # for type checkers; at run time these resolve on first use (the __getattr__ at the end)
-    from vlmdata.audit.real_data import check_real, fit_seq_length, real_shards
 
 REAL, SYNTHETIC = "real", "synthetic"
 TWIN_DIR, PROFILE_DIR = "synthetic-twin", "synthetic-profile"  # generated inputs, inside the work folder
@@ -221,10 +218,7 @@ __all__ = [
     "AuditSource",
     "Input",
     "check_loader_options",
-    "check_real",
     "check_sources",
-    "fit_seq_length",
     "prepare_input",
-    "real_shards",
     "register_source",
 ]
