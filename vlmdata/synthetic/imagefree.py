@@ -1,6 +1,6 @@
 """The ``imagefree`` mock: text only (no image part, no image file), text lengths from a profile's rows (prompt and
-answer tokens, turns; rows sampled like the profile generator) or fixed counts (``IMAGEFREE_PROMPT_TOKENS``,
-``IMAGEFREE_ANSWER_TOKENS``: the ``imagefree-fixed`` view).
+answer tokens, turns; rows sampled like the profile generator) or fixed counts (``mocks.IMAGEFREE_PROMPT_TOKENS``,
+``mocks.IMAGEFREE_ANSWER_TOKENS``: the ``imagefree-fixed`` view).
 """
 
 from __future__ import annotations
@@ -10,10 +10,8 @@ from vlmdata.errors import OptionsError
 from vlmdata.profile.document import load_profile, profile_sha256, sample_rows, validate_profile
 from vlmdata.profile.tokens import get_tokenizer, tokenizer_for_profile
 from vlmdata.synthetic.generate import RowPicker, conversation, mix
+from vlmdata.synthetic.mocks import IMAGEFREE_ANSWER_TOKENS, IMAGEFREE_PROMPT_TOKENS
 from vlmdata.synthetic.text import TextMaker
-
-IMAGEFREE_PROMPT_TOKENS = 16
-IMAGEFREE_ANSWER_TOKENS = 256
 
 
 class ImageFree:

@@ -28,6 +28,7 @@ from vlmdata.errors import OptionsError
 from vlmdata.registry import Registry, load
 
 IMAGEFREE, BRIDGE_NOISE, IMAGEFREE_FIXED = "imagefree", "bridge-noise", "imagefree-fixed"
+IMAGEFREE_PROMPT_TOKENS, IMAGEFREE_ANSWER_TOKENS = 16, 256  # the fixed lengths of imagefree (imagefree-fixed)
 
 
 class MockError(OptionsError):
@@ -98,4 +99,14 @@ register_mock(
     )
 )
 
-__all__ = ["BRIDGE_NOISE", "IMAGEFREE", "IMAGEFREE_FIXED", "MOCKS", "Mock", "MockError", "register_mock"]
+__all__ = [
+    "BRIDGE_NOISE",
+    "IMAGEFREE",
+    "IMAGEFREE_ANSWER_TOKENS",
+    "IMAGEFREE_FIXED",
+    "IMAGEFREE_PROMPT_TOKENS",
+    "MOCKS",
+    "Mock",
+    "MockError",
+    "register_mock",
+]

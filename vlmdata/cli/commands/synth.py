@@ -16,9 +16,7 @@ from vlmdata.cli.args import cli_flags, parse_size
 from vlmdata.cli.console import EXIT_OK, UserError, counts, human_bytes, out, print_json, progress
 from vlmdata.profile.measure import ProfileError, get_tokenizer, load_profile
 from vlmdata.synthetic.bridge_noise import BRIDGE_IMAGE_SIZE, BRIDGE_NUM_BASE_EXAMPLES
-from vlmdata.synthetic.imagefree import IMAGEFREE_ANSWER_TOKENS, IMAGEFREE_PROMPT_TOKENS
-from vlmdata.synthetic.mocks import MOCKS
-from vlmdata.synthetic.source import MockSource, SyntheticSource
+from vlmdata.synthetic.mocks import IMAGEFREE_ANSWER_TOKENS, IMAGEFREE_PROMPT_TOKENS, MOCKS
 
 
 def _writable(mock) -> bool:
@@ -125,6 +123,9 @@ FLAG_OPTIONS = {
 
 def make_source(args):
     """(source, options dict) for the arguments (the in-process source that the shards are ``take(n)`` of)."""
+    # the generators (numpy image synthesis, ~35 ms): imported when the command runs, not by its --help
+    from vlmdata.synthetic.source import SyntheticSource
+
     threads = max(0, args.workers if args.workers > 1 else 0)
     if args.mock is None and not args.profile:
         raise UserError(
@@ -143,6 +144,8 @@ def make_source(args):
 def _mock_source(args, threads: int):
     """A registered mock fed the flags its ``params`` name; with --profile (a mock that takes one) the profile
     replaces the flag options. The manifest records the options as given."""
+    from vlmdata.synthetic.source import MockSource  # the generators: not by --help (make_source)
+
     mock = MOCKS[args.mock]
     if args.profile and "profile" not in mock.params:
         raise UserError(f"--mock {mock.name} takes no --profile (its shapes are fixed)")
