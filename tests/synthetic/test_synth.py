@@ -15,7 +15,7 @@ from vlmdata.dataset.images import jpeg_info
 from vlmdata.dataset.manifest import load_manifest, shard_paths
 from vlmdata.dataset.tar import iter_shard
 from vlmdata.profile.measure import load_profile, sample_rows
-from vlmdata.synthetic.mocks import BRIDGE_VOCABULARY
+from vlmdata.synthetic.bridge_noise import BRIDGE_VOCABULARY
 from vlmdata.synthetic.source import MockSource, SyntheticSource
 from vlmdata.synthetic.text import TextMaker
 

@@ -30,6 +30,9 @@ from PIL import Image
 
 from vlmdata.qwen.vision import qvu_fetch_image
 
+# Bridge's own constants, restated on purpose (data/token_utils.py QWEN_TOKENS, the label ignore index): the
+# yardstick imports nothing of the path it measures (vlmdata.qwen.tokenize.QWEN_SKIPPED_TOKENS, IGNORE_INDEX), so a
+# wrong entry there cannot hide here. tests/baselines/test_bridge_hf.py checks that the two statements agree.
 IGNORE_INDEX = -100
 QWEN_TOKENS = [
     "<|im_start|>",
@@ -46,6 +49,8 @@ VISUAL_KEYS = ("pixel_values", "pixel_values_videos", "image_grid_thw", "video_g
 
 
 def find_token_span(ids, pat, start=0):
+    """(start, end) of the first occurrence of ``pat`` in ``ids`` at or after ``start``, or (-1, -1): Bridge's
+    ``find_token_span``."""
     if not pat or start >= len(ids):
         return -1, -1
     for idx in range(start, max(len(ids) - len(pat) + 1, start)):
@@ -55,6 +60,8 @@ def find_token_span(ids, pat, start=0):
 
 
 class BridgeReference:
+    """Bridge's collate, step by step (module docstring): ``collate(samples, ...)`` -> the batch Bridge's step gets."""
+
     def __init__(self, processor, min_pixels=200704, max_pixels=1003520, fetch_image=qvu_fetch_image):
         """``fetch_image``: PIL image -> pre-resized PIL image (default the line-by-line copy of qwen-vl-utils';
         ``vlmdata bench loader`` passes the real ``qwen_vl_utils`` one when it is installed)."""

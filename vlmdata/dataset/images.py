@@ -41,7 +41,7 @@ from typing import Literal
 from PIL import Image, ImageOps
 
 from vlmdata.dataset.schema import FORMAT_EXT
-from vlmdata.errors import VlmdataError
+from vlmdata.errors import OptionsError, VlmdataError
 
 DEFAULT_MAX_IMAGE_PIXELS = 178_956_970  # Pillow's own bomb limit (2x its warning threshold)
 MAX_ASPECT_RATIO = 200  # Qwen-VL smart_resize (HF and qwen-vl-utils) raises above this
@@ -220,7 +220,7 @@ def check_image(data: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
         for a ``Sparse`` read that cannot be decided.
     """
     if verify not in ("header", "full"):
-        raise ValueError(f"verify must be 'header' or 'full', not {verify!r}")
+        raise OptionsError(f"`verify` must be 'header' or 'full', not {verify!r}")
     if not data:
         raise ImageProblem("undecodable_image", "empty file")
     fast = _fast(data) if verify == "header" else None
@@ -309,7 +309,7 @@ def reencode(data: bytes, max_pixels: int, quality: int = 95) -> tuple[bytes, st
     Returns (bytes, format, width, height).
     """
     if max_pixels < 1:
-        raise ValueError(f"max_pixels must be at least 1, got {max_pixels}")
+        raise OptionsError(f"`max_pixels` must be at least 1, got {max_pixels}")
     img = Image.open(io.BytesIO(data))
     src_fmt = img.format
     img = ImageOps.exif_transpose(img) or img

@@ -22,6 +22,7 @@ import os
 import shutil
 
 from vlmdata.dataset.nvmeta_index import check_index, write_index
+from vlmdata.storage import redact_text
 
 DATASET_YAML = """\
 # Written by vlmdata. Samples are Megatron Bridge ChatML samples (conversation + imgs), no pickle.
@@ -208,8 +209,6 @@ def _open_with_energon(root: str) -> str | None:
             )
             next(iter(get_loader(ds)))
     except Exception as e:  # noqa: BLE001 - whatever Energon raises, the dataset is not readable by it
-        from vlmdata.storage import redact_text
-
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
         return f"Energon cannot read the dataset ({type(e).__name__}: {redact_text(first)})"
     return None

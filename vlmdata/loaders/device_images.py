@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from vlmdata.errors import OptionsError
 from vlmdata.loaders.collate import (
     DEFERRED_KEY,  # batch key: [(kind, payload, (th, tw), scale)] in image order; finish_batch removes it
 )
@@ -56,7 +57,7 @@ def defer_image(
     """(placeholder pixel rows, grid, deferred item) for one image. ``decoder`` "nvjpeg": a JPEG is not
     decoded here; "pillow": it is, at reduced DCT scale where the target allows (see the module doc)."""
     if decoder not in IMAGE_DECODERS:
-        raise ValueError(f"decoder must be one of {IMAGE_DECODERS}, got {decoder!r}")
+        raise OptionsError(f"`image_decoder` must be one of {IMAGE_DECODERS}, got {decoder!r}")
     if isinstance(data, Image.Image):
         img, fmt = data, None
     else:

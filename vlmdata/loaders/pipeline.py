@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlmdata.dataset.reader import SampleRef
+from vlmdata.dataset.refs import SampleRef
 from vlmdata.errors import VlmdataError
 
 log = logging.getLogger("vlmdata.loaders")

@@ -23,6 +23,7 @@ import weakref
 import numpy as np
 from PIL import Image
 
+from vlmdata.errors import OptionsError
 from vlmdata.qwen.image import patchify, resized_array
 from vlmdata.qwen.spec import QwenSpec, get_spec
 from vlmdata.qwen.vision import bridge_resized
@@ -141,7 +142,7 @@ def preprocess_rows(
             with Image.open(io.BytesIO(bytes(data))) as img:
                 a, chw = resized_array(img, s, min_pixels, max_pixels, not exact, resampler)
     else:
-        raise ValueError(f"resize must be 'bridge' or 'hf', got {resize!r}")
+        raise OptionsError(f"`resize` must be 'bridge' or 'hf', got {resize!r}")
     rows = PixelRows(a, s, chw)
     return rows, rows.grid
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vlmdata.errors import VlmdataError
 from vlmdata.profile.measure import ProfileError, ProfileOptions, load_profile, metric_values, profile_dataset
 
 METRICS = (
@@ -56,6 +57,10 @@ def ks_critical(n: int, m: int, alpha: float = 0.05) -> float:
     return float(c * np.sqrt((n + m) / (n * m)))
 
 
+class ThresholdError(VlmdataError, ValueError):
+    """A ``thresholds`` entry that cannot be used (not METRIC=VALUE, an unknown metric, a value out of range)."""
+
+
 @dataclass
 class Thresholds:
     ks: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
@@ -66,24 +71,24 @@ class Thresholds:
         name, sep, value = text.partition("=")
         name = name.strip()
         if not sep:
-            raise ValueError(f"threshold {text!r}: expected METRIC=VALUE")
+            raise ThresholdError(f"threshold {text!r}: expected METRIC=VALUE")
         if name == "decode_ms_per_image" or name == "decode_ratio":
             lo, _, hi = value.partition(",")
             try:
                 self.decode_ratio = (float(lo), float(hi))
             except ValueError:
-                raise ValueError(f"threshold {text!r}: expected decode_ms_per_image=LO,HI") from None
+                raise ThresholdError(f"threshold {text!r}: expected decode_ms_per_image=LO,HI") from None
             if not 0 < self.decode_ratio[0] <= self.decode_ratio[1]:
-                raise ValueError(f"threshold {text!r}: need 0 < LO <= HI")
+                raise ThresholdError(f"threshold {text!r}: need 0 < LO <= HI")
             return
         if name not in self.ks:
-            raise ValueError(f"unknown metric {name!r} (choose from {', '.join(METRICS)})")
+            raise ThresholdError(f"unknown metric {name!r} (choose from {', '.join(METRICS)})")
         try:
             v = float(value)
         except ValueError:
-            raise ValueError(f"threshold {text!r}: {value!r} is not a number") from None
+            raise ThresholdError(f"threshold {text!r}: {value!r} is not a number") from None
         if not 0 <= v <= 1:
-            raise ValueError(f"threshold {text!r}: a KS distance lies in [0, 1]")
+            raise ThresholdError(f"threshold {text!r}: a KS distance lies in [0, 1]")
         self.ks[name] = v
 
 

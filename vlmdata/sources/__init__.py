@@ -1,8 +1,9 @@
-"""Readers for image-text sources; ``open_source`` picks one by ``format`` or by looking.
+"""Readers for image-text sources; ``open_source`` picks one by ``format`` or by looking (``detect_format``).
 
-Parameter names appear in messages in backquotes (```format```); the CLI shows them as flags.
-``source_fingerprint`` describes a source's current content cheaply (sizes, modification times and a
-hash of record files) so that a resumed build can refuse a source that changed.
+The formats are one registry (``FORMATS``, ``sources/formats.py``: folder, llava, messages, hf); this module
+reads only the registry. Parameter names appear in messages in backquotes (```format```); the CLI shows them as
+flags. ``source_fingerprint`` describes a source's current content cheaply (sizes, modification times and a hash
+of record files) so that a resumed build can refuse a source that changed.
 """
 
 from __future__ import annotations
@@ -14,28 +15,8 @@ from typing import Iterator
 
 from vlmdata import storage
 from vlmdata.sources.base import SourceError, SourceItem, check_folder_root, walk_files
-from vlmdata.sources.folder import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, iter_folder, iter_folder_url
-from vlmdata.sources.hfdataset import is_hf_dir, iter_hf
-from vlmdata.sources.jsonrecords import iter_json_source, sniff
-
-FORMATS = ("folder", "llava", "messages", "hf")
-DEFAULT_PROMPT = "Describe this image."
-
-
-def _detect_url(path: str) -> str:
-    if path.endswith((".json", ".jsonl")) and storage.isfile(path):
-        fmt = sniff(path)
-        if fmt:
-            return fmt
-        raise SourceError(
-            f"{storage.redact(path)}: JSON records have neither 'conversations' (LLaVA) nor 'messages'; set `format`"
-        )
-    if storage.isdir(path):
-        return "folder"
-    raise SourceError(
-        f"{storage.redact(path)}: cannot tell the format of a remote source (expected a folder or "
-        ".json/.jsonl; Hugging Face datasets are read from local paths only); set `format`"
-    )
+from vlmdata.sources.formats import FORMATS, Format, SourceRequest, detectors, register_format
+from vlmdata.sources.text import DEFAULT_PROMPT
 
 
 def _check_regular(path: str) -> None:
@@ -48,23 +29,32 @@ def _check_regular(path: str) -> None:
     check_folder_root(path)  # nothing under /proc, /sys or /dev is a data source
 
 
+def _detect(path: str) -> str | None:
+    for detect in detectors():
+        fmt = detect(path)
+        if fmt is not None:
+            return fmt
+    return None
+
+
 def detect_format(path: str) -> str:
+    """The registered format of the source at ``path`` (local or URL); SourceError when none claims it."""
     path = storage.local(path)
     if storage.is_url(path):
-        return _detect_url(path)
+        fmt = _detect(path)
+        if fmt is None:
+            raise SourceError(
+                f"{storage.redact(path)}: cannot tell the format of a remote source (expected a folder or "
+                ".json/.jsonl; Hugging Face datasets are read from local paths only); set `format`"
+            )
+        return fmt
     if not os.path.exists(path):
         raise SourceError(f"{path}: no such file or directory")
     _check_regular(path)
-    if os.path.isdir(path):
-        return "hf" if is_hf_dir(path) else "folder"
-    if path.endswith(".parquet"):
-        return "hf"
-    if path.endswith((".json", ".jsonl")):
-        fmt = sniff(path)
-        if fmt:
-            return fmt
-        raise SourceError(f"{path}: JSON records have neither 'conversations' (LLaVA) nor 'messages'; set `format`")
-    raise SourceError(f"{path}: cannot tell the format (expected a folder, .json/.jsonl or .parquet); set `format`")
+    fmt = _detect(path)
+    if fmt is None:
+        raise SourceError(f"{path}: cannot tell the format (expected a folder, .json/.jsonl or .parquet); set `format`")
+    return fmt
 
 
 def open_source(
@@ -80,16 +70,25 @@ def open_source(
 ) -> tuple[str, Iterator[SourceItem]]:
     """(format, items) for a source path. Raises SourceError for a bad path or format.
 
-    ``deferred``: items may carry unparsed records; call ``item.resolve()`` before using one.
-    ``allow_outside_root``: read image paths of records that lie outside the source root (the image
-    root for JSON sources, the dataset folder for Hugging Face path cells)."""
-    if fmt is not None and fmt not in FORMATS:
-        raise SourceError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    Args:
+        path: the source (local path or URL).
+        fmt: a registered format (``FORMATS``); None: detected.
+        image_root: where relative image paths of JSON records point (default: the JSON file's folder).
+        prompt: the user turn of caption-only samples.
+        image_column: the image column of a Hugging Face dataset (default: guessed).
+        text_column: its text or conversation column (default: guessed).
+        deferred: items may carry unparsed records; call ``item.resolve()`` before using one.
+        allow_outside_root: read image paths of records that lie outside the source root (the image
+            root for JSON sources, the dataset folder for Hugging Face path cells).
+    """
+    if fmt is not None:
+        FORMATS[fmt]  # SourceError naming the choices for an unknown one
     path = storage.local(path)
     if image_root is not None:
         image_root = storage.local(image_root)
         if not storage.is_url(image_root) and not os.path.isdir(image_root):
             raise SourceError(f"{image_root}: `image_root` is not a folder")
+    request = SourceRequest(image_root, prompt, image_column, text_column, deferred, allow_outside_root)
     if storage.is_url(path):
         try:
             found = storage.exists(path)
@@ -97,27 +96,19 @@ def open_source(
             raise SourceError(f"{storage.redact(path)}: {storage.redact_text(e)}") from None
         if not found:
             raise SourceError(f"{storage.redact(path)}: no such file or directory")
-        fmt = fmt or detect_format(path)
-        if fmt == "folder":
-            return fmt, iter_folder_url(path, prompt)
-        if fmt in ("llava", "messages"):
-            return fmt, iter_json_source(path, fmt, image_root, deferred, allow_outside_root)
-        raise SourceError(f"{storage.redact(path)}: format {fmt} is read from local paths only")
+        entry = FORMATS[fmt or detect_format(path)]
+        if not entry.remote:
+            raise SourceError(f"{storage.redact(path)}: format {entry.name} is read from local paths only")
+        return entry.name, entry.read(path, request)
     if "\0" in path:
         raise SourceError("source path contains a NUL byte")
     if not os.path.exists(path):
         raise SourceError(f"{path}: no such file or directory")
     _check_regular(path)
-    fmt = fmt or detect_format(path)
-    if fmt == "folder":
-        if not os.path.isdir(path):
-            raise SourceError(f"{path}: format folder needs a directory")
-        return fmt, iter_folder(path, prompt)
-    if fmt in ("llava", "messages"):
-        if not os.path.isfile(path):
-            raise SourceError(f"{path}: format {fmt} needs a JSON or JSONL file")
-        return fmt, iter_json_source(path, fmt, image_root, deferred, allow_outside_root)
-    return fmt, iter_hf(path, prompt, image_column, text_column, allow_outside_root, image_root)
+    entry = FORMATS[fmt or detect_format(path)]
+    if entry.needs is not None and not (os.path.isdir if entry.needs[0] == "dir" else os.path.isfile)(path):
+        raise SourceError(f"{path}: format {entry.name} needs {entry.needs[1]}")
+    return entry.name, entry.read(path, request)
 
 
 def _hash_file(h, path: str) -> None:
@@ -131,12 +122,14 @@ def source_fingerprint(path: str, fmt: str, exclude: str | None = None) -> str:
     time of every file (images and sidecars), for a JSON/JSONL file or a Hugging Face dataset the bytes of
     its record files (and their sizes and times). Images that records point to outside a folder source
     are not included (their size is checked again when they are copied into a shard). Files below
-    ``exclude`` (the build's own output folder, when it lies inside the source) are left out."""
+    ``exclude`` (the build's own output folder, when it lies inside the source) are left out. What a folder's
+    fingerprint covers is its format's (``Format.members``, ``Format.hashed``)."""
     h = hashlib.sha256(fmt.encode() + b"\0")
+    entry = FORMATS[fmt]
     path = storage.local(path)
     if storage.is_url(path):
         fs, inner = storage.fs_and_path(path, fresh=True)
-        if fmt == "folder":
+        if entry.needs is not None and entry.needs[0] == "dir":
             for name, info in sorted(fs.find(inner, detail=True).items()):
                 h.update(f"{name}\0{info.get('size')}\0{info.get('ETag') or info.get('LastModified') or ''}\0".encode())
         else:
@@ -149,21 +142,14 @@ def source_fingerprint(path: str, fmt: str, exclude: str | None = None) -> str:
         for rel in sorted(walk_files(path), key=lambda r: r.encode("utf-8", "surrogateescape")):
             if skip and os.path.realpath(os.path.join(path, rel)).startswith(skip.rstrip(os.sep) + os.sep):
                 continue
-            if fmt == "folder" and os.path.splitext(rel)[1].lower() not in (
-                IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES | {".txt", ".json"}
-            ):
+            if entry.members is not None and os.path.splitext(rel)[1].lower() not in entry.members:
                 continue
             try:
                 st = os.stat(os.path.join(path, rel))
             except OSError:
                 continue
             h.update(rel.encode("utf-8", "surrogateescape") + f"\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-            if (
-                fmt == "hf"
-                and stat.S_ISREG(st.st_mode)
-                and rel.endswith((".json", ".arrow", ".parquet"))
-                and st.st_size <= 64 << 20
-            ):
+            if entry.hashed and stat.S_ISREG(st.st_mode) and rel.endswith(entry.hashed) and st.st_size <= 64 << 20:
                 _hash_file(h, os.path.join(path, rel))
         return h.hexdigest()
     st = os.stat(path)
@@ -172,4 +158,15 @@ def source_fingerprint(path: str, fmt: str, exclude: str | None = None) -> str:
     return h.hexdigest()
 
 
-__all__ = ["FORMATS", "SourceError", "SourceItem", "detect_format", "open_source", "source_fingerprint"]
+__all__ = [
+    "DEFAULT_PROMPT",
+    "FORMATS",
+    "Format",
+    "SourceError",
+    "SourceItem",
+    "SourceRequest",
+    "detect_format",
+    "open_source",
+    "register_format",
+    "source_fingerprint",
+]

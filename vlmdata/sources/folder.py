@@ -102,41 +102,109 @@ UNSUPPORTED_IMAGE_SUFFIXES = {
 }
 
 
-def iter_folder(root: str, prompt: str) -> Iterator[SourceItem]:
-    check_folder_root(root)
-    files = walk_files(root)
-    rels = [r for r in files if os.path.splitext(r)[1].lower() in IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES]
-    present = {r for r in files if r.endswith((".txt", ".json"))}
-    rels.sort(key=lambda r: r.replace(os.sep, "/").encode("utf-8", "surrogateescape"))
-    for index, rel in enumerate(rels):
-        path = os.path.join(root, rel)
+class _LocalTree:
+    """A local source folder: relative paths with os separators, sidecars read as regular files only."""
+
+    def __init__(self, root: str):
+        check_folder_root(root)
+        self.root = root
+        files = walk_files(root)
+        self.present = {r for r in files if r.endswith((".txt", ".json"))}
+        self.images = [
+            r for r in files if os.path.splitext(r)[1].lower() in IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES
+        ]
+
+    def stem(self, rel: str) -> str:
+        return os.path.splitext(rel)[0]
+
+    def label(self, rel: str) -> tuple[str, str]:
         shown = safe_label(rel.replace(os.sep, "/"))
-        stem_rel = os.path.splitext(rel)[0]
-        item = SourceItem(index=index, input=shown, source_id=shown.rsplit(".", 1)[0], images=[path])
-        ext = os.path.splitext(rel)[1].lower()
-        if ext in UNSUPPORTED_IMAGE_SUFFIXES:
-            item.error = (
-                "unsupported_format",
-                f"{ext[1:].upper()} images are not supported (convert to JPEG, PNG or WebP)",
-            )
-            item.images = []
-            yield item
-            continue
-        txt, js = os.path.join(root, stem_rel + ".txt"), os.path.join(root, stem_rel + ".json")
-        txt_name, js_name = safe_label(os.path.basename(txt)), safe_label(os.path.basename(js))
-        _caption_item(
-            item,
-            prompt,
-            txt_name,
-            js_name,
-            (lambda t=txt, n=txt_name: _text(storage.read_regular(t, MAX_SIDECAR_BYTES, n)))
-            if stem_rel + ".txt" in present
-            else None,
-            (lambda j=js, n=js_name: loads(storage.read_regular(j, MAX_SIDECAR_BYTES, n)))
-            if stem_rel + ".json" in present
-            else None,
+        return shown, shown.rsplit(".", 1)[0]
+
+    def path(self, rel: str) -> str:
+        return os.path.join(self.root, rel)
+
+    def name(self, rel: str) -> str:
+        return safe_label(os.path.basename(rel))
+
+    def prefetch(self, rels: list[str]) -> None:
+        pass  # a local sidecar is read when its item is made
+
+    def read(self, rel: str) -> bytes:
+        return storage.read_regular(self.path(rel), MAX_SIDECAR_BYTES, self.name(rel))
+
+
+class _RemoteTree:
+    """A folder on object storage: one recursive listing; the sidecars of a batch of images fetched concurrently."""
+
+    def __init__(self, root: str):
+        self.base = root.rstrip("/")
+        files = storage.find(self.base)
+        self.present = {f[len(self.base) + 1 :] for f in files if f.startswith(self.base + "/")}
+        self.images = [
+            r for r in self.present if posixpath.splitext(r)[1].lower() in IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES
+        ]
+        self.got: dict = {}
+
+    def stem(self, rel: str) -> str:
+        return posixpath.splitext(rel)[0]
+
+    def label(self, rel: str) -> tuple[str, str]:
+        return safe_label(rel), safe_label(self.stem(rel))
+
+    def path(self, rel: str) -> str:
+        return f"{self.base}/{rel}"
+
+    def name(self, rel: str) -> str:
+        return posixpath.basename(rel)
+
+    def prefetch(self, rels: list[str]) -> None:
+        want = [
+            self.path(self.stem(r) + ext)
+            for r in rels
+            for ext in (".txt", ".json")
+            if self.stem(r) + ext in self.present
+        ]
+        self.got = storage.cat_many(want) if want else {}
+
+    def read(self, rel: str) -> bytes:
+        return _fetched(self.got, self.path(rel))
+
+
+def iter_folder(root: str, prompt: str, batch: int = 256) -> Iterator[SourceItem]:
+    """The items of an image folder (module docstring), local or on object storage (``s3://bucket/prefix``: one
+    recursive listing gives the images and which sidecars exist; sidecars are fetched in concurrent batches of
+    ``batch`` images). The items of a remote folder equal a local copy's except that images are URLs."""
+    tree = _RemoteTree(root) if storage.is_url(root) else _LocalTree(root)
+    rels = sorted(tree.images, key=lambda r: r.replace(os.sep, "/").encode("utf-8", "surrogateescape"))
+    for lo in range(0, len(rels), batch):
+        chunk = rels[lo : lo + batch]
+        tree.prefetch(chunk)
+        for offset, rel in enumerate(chunk):
+            yield _item(tree, lo + offset, rel, prompt)
+
+
+def _item(tree: "_LocalTree | _RemoteTree", index: int, rel: str, prompt: str) -> SourceItem:
+    shown, source_id = tree.label(rel)
+    item = SourceItem(index=index, input=shown, source_id=source_id, images=[tree.path(rel)])
+    ext = os.path.splitext(rel)[1].lower()
+    if ext in UNSUPPORTED_IMAGE_SUFFIXES:
+        item.error = (
+            "unsupported_format",
+            f"{ext[1:].upper()} images are not supported (convert to JPEG, PNG or WebP)",
         )
-        yield item
+        item.images = []
+        return item
+    txt, js = tree.stem(rel) + ".txt", tree.stem(rel) + ".json"
+    _caption_item(
+        item,
+        prompt,
+        tree.name(txt),
+        tree.name(js),
+        (lambda: _text(tree.read(txt))) if txt in tree.present else None,
+        (lambda: loads(tree.read(js))) if js in tree.present else None,
+    )
+    return item
 
 
 def _caption_item(item: SourceItem, prompt: str, txt_name: str, js_name: str, read_txt, read_json) -> None:
@@ -180,53 +248,6 @@ def _json_doc(doc, prompt: str) -> list:
                 raise BadRecord("empty caption")
             return caption_conversation(doc[k], prompt)
     raise BadRecord("sidecar has none of caption/text/conversations/messages")
-
-
-def iter_folder_url(root: str, prompt: str, batch: int = 256) -> Iterator[SourceItem]:
-    """The same items as ``iter_folder`` for a folder on object storage (``s3://bucket/prefix``).
-
-    One recursive listing gives the images and which sidecars exist; sidecars are fetched in
-    concurrent batches. Items are identical to a local copy's except that images are URLs.
-    """
-    base = root.rstrip("/")
-    files = storage.find(base)
-    rel_of = {f: f[len(base) + 1 :] for f in files if f.startswith(base + "/")}
-    present = set(rel_of.values())
-    images = sorted(
-        (r for r in present if posixpath.splitext(r)[1].lower() in IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES)
-    )
-    for lo in range(0, len(images), batch):
-        chunk = images[lo : lo + batch]
-        want = []
-        for rel in chunk:
-            stem = posixpath.splitext(rel)[0]
-            want += [f"{base}/{stem}{ext}" for ext in (".txt", ".json") if stem + ext in present]
-        got = storage.cat_many(want) if want else {}
-        for offset, rel in enumerate(chunk):
-            stem = posixpath.splitext(rel)[0]
-            txt_name, js_name = posixpath.basename(stem) + ".txt", posixpath.basename(stem) + ".json"
-            item = SourceItem(
-                index=lo + offset, input=safe_label(rel), source_id=safe_label(stem), images=[f"{base}/{rel}"]
-            )
-            ext = posixpath.splitext(rel)[1].lower()
-            if ext in UNSUPPORTED_IMAGE_SUFFIXES:
-                item.error = (
-                    "unsupported_format",
-                    f"{ext[1:].upper()} images are not supported (convert to JPEG, PNG or WebP)",
-                )
-                item.images = []
-                yield item
-                continue
-            txt_url, js_url = f"{base}/{stem}.txt", f"{base}/{stem}.json"
-            _caption_item(
-                item,
-                prompt,
-                txt_name,
-                js_name,
-                (lambda u=txt_url: _text(_fetched(got, u))) if stem + ".txt" in present else None,
-                (lambda u=js_url: loads(_fetched(got, u))) if stem + ".json" in present else None,
-            )
-            yield item
 
 
 def _text(data: bytes) -> str:

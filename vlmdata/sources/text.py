@@ -17,6 +17,7 @@ ROLE_MAP = {
     "model": "assistant",
 }
 IMAGE_TOKEN = re.compile(r"<image>")
+DEFAULT_PROMPT = "Describe this image."  # the user turn of a caption-only sample (the one definition)
 
 
 class BadRecord(VlmdataError, ValueError):
@@ -84,5 +85,6 @@ def content_parts(items: list) -> list[dict]:
 
 
 def caption_conversation(caption: str, prompt: str, n_images: int = 1) -> list[dict]:
-
+    """A caption-only sample's conversation: ``n_images`` images and ``prompt`` from the user, ``caption`` as the
+    answer."""
     return user_assistant(prompt, caption.strip(), n_images)

@@ -7,8 +7,9 @@ a ``detail`` knob), encodes them to a target byte size with the requested chroma
 progressive mode (``jpeg``), and serves them through a reusable pool (``images``).
 """
 
-import importlib
 from typing import TYPE_CHECKING
+
+from vlmdata.registry import lazy_exports
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve lazily below
     from vlmdata.dataset.images import jpeg_info, quality_from_table
@@ -16,7 +17,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve l
     from vlmdata.synthetic.jpeg import Encoded, encode, encode_to_target, search_to_target
     from vlmdata.synthetic.pixels import FieldBank, render, render_rgb, snap_detail
 
-# public name -> defining module; resolved on first use (PEP 562) so that the light ``synthetic.names``
+# public name -> defining module; resolved on first use (PEP 562) so that the light ``synthetic.mocks``
 # does not pull numpy and Pillow into the CLI's start-up
 _EXPORTS = {
     "Encoded": "vlmdata.synthetic.jpeg",
@@ -36,12 +37,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'vlmdata.synthetic' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "Encoded",

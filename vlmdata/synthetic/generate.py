@@ -28,9 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from vlmdata.dataset.schema import FORMAT_EXT, ImageInfo, Sample
-from vlmdata.profile.measure import profile_sha256, sample_rows, tokenizer_for_profile, validate_profile
+from vlmdata.errors import OptionsError
+from vlmdata.profile.document import profile_sha256, sample_rows, validate_profile
+from vlmdata.profile.tokens import tokenizer_for_profile
 from vlmdata.synthetic import pixels
-from vlmdata.synthetic.images import SyntheticImage, detail_for
+from vlmdata.synthetic.images import ImageSpec, SyntheticImage, detail_for
 from vlmdata.synthetic.jpeg import DEFAULT_QUALITY, SUBSAMPLINGS, Encoded, search_to_target
 from vlmdata.synthetic.text import TextMaker
 
@@ -55,8 +57,9 @@ class RowImage(SyntheticImage):
 
 
 @dataclass(frozen=True)
-class GrayImage:
-    """A single-channel synthetic payload (greyscale JPEG or PNG): the luma of :func:`pixels.render`."""
+class GrayImage(ImageSpec):
+    """A single-channel synthetic payload (greyscale JPEG or PNG): the luma of :func:`pixels.render`. Its fields
+    are its own (no ``subsampling``: its content seed is a hash of them); its checks are ``ImageSpec``'s."""
 
     width: int
     height: int
@@ -65,15 +68,6 @@ class GrayImage:
     fmt: str = "JPEG"
     quality: int | None = None
     tolerance: float = 0.10
-
-    def __post_init__(self):
-        if self.width < 1 or self.height < 1 or self.target_bytes < 1:
-            raise ValueError(f"bad synthetic image spec {self}")
-        if self.fmt.upper() not in ("JPEG", "PNG"):
-            raise ValueError(f"fmt must be JPEG or PNG, got {self.fmt!r}")
-
-    def generate(self, seed: int) -> bytes:
-        return self.encode(seed).data
 
     def encode(self, seed: int) -> Encoded:
         w, h = self.width, self.height
@@ -146,7 +140,7 @@ class RowPicker:
 
     def __init__(self, n_rows: int, seed: int):
         if n_rows <= 0:
-            raise ValueError("no rows to sample from")
+            raise OptionsError("a profile with no rows: nothing to sample from")
         self.n, self.seed = n_rows, int(seed)
         self._perms: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
@@ -174,7 +168,7 @@ class ProfileGenerator:
         self.seed = int(seed)
         self.variants = int(variants)
         if self.variants < 0:
-            raise ValueError("variants must be >= 0")
+            raise OptionsError(f"`variants` must be >= 0, got {self.variants}")
         self.rows = sample_rows(profile)
         self.sha256 = (
             sha256

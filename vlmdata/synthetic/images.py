@@ -30,6 +30,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from vlmdata.errors import OptionsError
 from vlmdata.synthetic import pixels
 from vlmdata.synthetic.jpeg import DEFAULT_QUALITY, SUBSAMPLINGS, Encoded, encode, search_to_target
 
@@ -42,8 +43,32 @@ _cal_bank: pixels.FieldBank | None = None
 _cal_lock = threading.Lock()
 
 
+class ImageSpec:
+    """What every synthetic payload spec shares (a frozen dataclass of its own fields: ``SyntheticImage``,
+    ``generate.GrayImage``): the checks of its size, byte target and format, and ``generate(seed)``, the bytes of
+    its ``encode(seed)``."""
+
+    width: int
+    height: int
+    target_bytes: int
+    fmt: str
+
+    def __post_init__(self):
+        if self.width < 1 or self.height < 1 or self.target_bytes < 1:
+            raise OptionsError(f"`width`, `height` and `target_bytes` must be >= 1: bad synthetic image spec {self}")
+        if self.fmt.upper() not in ("JPEG", "PNG"):
+            raise OptionsError(f"`fmt` must be JPEG or PNG, got {self.fmt!r}")
+
+    def generate(self, seed: int) -> bytes:
+        """Encoded bytes, deterministic for (spec, seed)."""
+        return self.encode(seed).data
+
+    def encode(self, seed: int) -> Encoded:  # pragma: no cover - each spec encodes its own way
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
-class SyntheticImage:
+class SyntheticImage(ImageSpec):
     """One synthetic payload to generate."""
 
     width: int
@@ -56,16 +81,9 @@ class SyntheticImage:
     tolerance: float = 0.10
 
     def __post_init__(self):
-        if self.width < 1 or self.height < 1 or self.target_bytes < 1:
-            raise ValueError(f"bad synthetic image spec {self}")
-        if self.fmt.upper() not in ("JPEG", "PNG"):
-            raise ValueError(f"fmt must be JPEG or PNG, got {self.fmt!r}")
+        super().__post_init__()
         if self.subsampling not in SUBSAMPLINGS:
-            raise ValueError(f"subsampling must be one of {SUBSAMPLINGS}, got {self.subsampling!r}")
-
-    def generate(self, seed: int) -> bytes:
-        """Encoded bytes, deterministic for (spec, seed)."""
-        return self.encode(seed).data
+            raise OptionsError(f"`subsampling` must be one of {SUBSAMPLINGS}, got {self.subsampling!r}")
 
     def size_model_quality(self, quality: int) -> int:
         """The quality whose size model gives the first ``detail`` guess (the search then starts from

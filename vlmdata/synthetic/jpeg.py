@@ -22,6 +22,8 @@ from typing import Callable
 import numpy as np
 from PIL import Image, ImageFilter
 
+from vlmdata.errors import OptionsError
+
 SUBSAMPLINGS = ("4:4:4", "4:2:2", "4:2:0")
 Q_MIN, Q_MAX = 5, 98
 DEFAULT_QUALITY = 90
@@ -53,12 +55,12 @@ def encode(
     buf = io.BytesIO()
     if fmt.upper() in ("JPEG", "JPG"):
         if subsampling not in SUBSAMPLINGS:
-            raise ValueError(f"subsampling must be one of {SUBSAMPLINGS}, got {subsampling!r}")
+            raise OptionsError(f"`subsampling` must be one of {SUBSAMPLINGS}, got {subsampling!r}")
         image.save(buf, "JPEG", quality=int(quality), subsampling=subsampling, progressive=bool(progressive))
     elif fmt.upper() == "PNG":
         (image.convert("RGB") if image.mode == "YCbCr" else image).save(buf, "PNG", compress_level=6)
     else:
-        raise ValueError(f"unsupported format {fmt!r} (JPEG or PNG)")
+        raise OptionsError(f"`fmt` must be JPEG or PNG, got {fmt!r}")
     return buf.getvalue()
 
 
@@ -67,7 +69,7 @@ def _as_image(pixels_or_image) -> Image.Image:
         return pixels_or_image
     a = np.asarray(pixels_or_image)
     if a.dtype != np.uint8:
-        raise ValueError(f"pixel arrays must be uint8, got {a.dtype}")
+        raise OptionsError(f"pixel arrays must be uint8, got {a.dtype}")
     return Image.fromarray(a)
 
 
@@ -180,7 +182,7 @@ def search_to_target(
     ``detail_gain`` is the assumed d log(bytes) / d log(detail) for the first content step.
     """
     if target_bytes <= 0:
-        raise ValueError(f"target_bytes must be positive, got {target_bytes}")
+        raise OptionsError(f"`target_bytes` must be positive, got {target_bytes}")
     image = _as_image(pixels_or_image)
     is_png = fmt.upper() == "PNG"
     encodes, d, blur = 0, float(detail), 0.0

@@ -35,6 +35,8 @@ import threading
 import numpy as np
 from PIL import Image, ImageDraw
 
+from vlmdata.errors import OptionsError
+
 BANK_SIZE = 2048
 BANK_SEED = 0x5EED1F
 SPECTRUM_ALPHA = 2.0  # power ~ 1/f^alpha
@@ -195,9 +197,9 @@ def render(width: int, height: int, seed: int, detail: float = 1.0, bank: FieldB
     (:func:`snap_detail`), clamped to [1/16, 16]. Deterministic for the arguments.
     """
     if width < 1 or height < 1:
-        raise ValueError(f"bad size {width}x{height}")
+        raise OptionsError(f"`width` and `height` must be >= 1, got {width}x{height}")
     if not detail > 0:
-        raise ValueError(f"detail must be > 0, got {detail}")
+        raise OptionsError(f"`detail` must be > 0, got {detail}")
     bank = bank or default_bank()
     rng = np.random.default_rng(seed)
     w, h, k = int(width), int(height), _rung(detail)

@@ -14,10 +14,11 @@ from itertools import count, islice
 from typing import Iterator
 
 from vlmdata.dataset.schema import Sample
-from vlmdata.profile.measure import load_profile
+from vlmdata.errors import OptionsError
+from vlmdata.profile.document import load_profile
 from vlmdata.synthetic.generate import ProfileGenerator
 from vlmdata.synthetic.images import ImagePool
-from vlmdata.synthetic.mocks import MOCKS, BridgeNoise, ImageFree
+from vlmdata.synthetic.mocks import MOCKS
 
 EXACT_SLOTS = 1 << 62  # ImagePool slot = the content seed itself: the pool caches, never aliases
 
@@ -55,7 +56,7 @@ class _Base:
     def take(self, n: int, start: int = 0) -> list[Sample]:
         """The first ``n`` samples (from ``start``) as a list."""
         if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
+            raise OptionsError(f"`n` must be >= 0, got {n}")
         return list(islice(self.iter_from(start), n))
 
 
@@ -92,8 +93,8 @@ class SyntheticSource(_Base):
         self.gen = ProfileGenerator(profile, seed, tokenizer, variants=variants)
         self.pool = pool if pool is not None else ImagePool(slots=EXACT_SLOTS, max_bytes=pool_bytes)
         if self.pool.slots != EXACT_SLOTS:
-            raise ValueError(
-                "SyntheticSource needs an ImagePool(slots=vlmdata.synthetic.source.EXACT_SLOTS): "
+            raise OptionsError(
+                "`pool`: SyntheticSource needs an ImagePool(slots=vlmdata.synthetic.source.EXACT_SLOTS): "
                 "a smaller slot count would alias content seeds"
             )
         self.threads, self.prefetch = int(threads), max(1, int(prefetch))
@@ -107,9 +108,10 @@ class SyntheticSource(_Base):
 
 
 class MockSource(_Base):
-    """Mock samples, in process: ``name`` is ``"bridge-noise"`` or ``"imagefree"``.
+    """Mock samples, in process: ``name`` is a registered mock (``synthetic.mocks.MOCKS``: ``"bridge-noise"``,
+    ``"imagefree"``, ``"imagefree-fixed"``, ...); keyword ``options`` go to its generator.
 
-    ``bridge-noise``: Megatron Bridge's mock VLM SFT data (``vlmdata.synthetic.mocks``). With
+    ``bridge-noise``: Megatron Bridge's mock VLM SFT data (``vlmdata.synthetic.bridge_noise``). With
     ``encoded=False`` (default) ``Sample.images`` holds ``PIL.Image.Image`` objects in memory,
     exactly like Bridge (no encode, no decode; the loader must use them as they are, skipping
     decode) and ``image_info[i].bytes`` is 0; with ``encoded=True`` they are lossless PNG bytes
@@ -121,16 +123,8 @@ class MockSource(_Base):
     """
 
     def __init__(self, name: str, seed: int = 0, *, threads: int = 0, prefetch: int = 16, **options):
-        if name not in MOCKS:
-            raise ValueError(f"unknown mock {name!r} (choose from {', '.join(MOCKS)})")
         self.name = name
-        if name == "bridge-noise":
-            self.impl = BridgeNoise(seed, **options)
-        else:
-            prof = options.pop("profile", None)
-            if isinstance(prof, (str, bytes)) or hasattr(prof, "__fspath__"):
-                prof = load_profile(prof)  # pyright: ignore[reportArgumentType]  # bytes: as above
-            self.impl = ImageFree(seed, profile=prof, **options)
+        self.impl = MOCKS[name].make(seed, **options)
         self.threads, self.prefetch = int(threads), max(1, int(prefetch))
 
     def get(self, i: int) -> Sample:

@@ -18,6 +18,8 @@ import threading
 
 import numpy as np
 
+from vlmdata.errors import OptionsError
+
 # Common English words, the kind captions and instructions are made of.
 WORDS = """
 the a an of and to in on with at by for from as is are was were be been has have had this that these those
@@ -63,7 +65,7 @@ class TextMaker:
         self.cost = np.array([len(i) for i in ids], dtype=np.int64)
         self.one = [w for w, c in zip(self.words, self.cost) if c == 1]  # single-token words
         if not self.one:
-            raise ValueError("tokenizer splits every word of the word list into several tokens")
+            raise OptionsError("`tokenizer` splits every word of the word list into several tokens")
         self._lock = threading.Lock()
 
     def _encode_batch(self, texts: list[str]) -> list[list[int]]:
@@ -90,7 +92,7 @@ class TextMaker:
     def make(self, target: int, seed: int, max_rounds: int = 64) -> str:
         """A text of exactly ``target`` tokens (``""`` for 0), deterministic for (target, seed)."""
         if target < 0:
-            raise ValueError(f"target must be >= 0, got {target}")
+            raise OptionsError(f"`target` must be >= 0, got {target}")
         if target == 0:
             return ""
         rng = np.random.default_rng([int(seed) & 0xFFFFFFFFFFFF, 0x7E47])

@@ -7,7 +7,7 @@ import os
 import tempfile
 
 from vlmdata.cli.args import positive_int
-from vlmdata.cli.console import EXIT_OK, out
+from vlmdata.cli.console import EXIT_OK, UserError, out
 
 
 def add_parser(sub):
@@ -30,7 +30,6 @@ def run(args) -> int:
     from vlmdata.cli.commands import build as build_cmd
     from vlmdata.cli.commands import inspect as inspect_cmd
     from vlmdata.cli.commands import validate as validate_cmd
-    from vlmdata.cli.console import UserError
     from vlmdata.sources.photos import make_source
 
     for pkg in ("skimage", "sklearn", "matplotlib"):

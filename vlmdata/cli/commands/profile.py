@@ -120,10 +120,9 @@ def _run(args) -> int:
         sha = write_profile(prof, args.out)
         if args.plot:
             # imported when the command runs: `vlmdata --help` and this command's --help stay light
-            from vlmdata.profile.plots import plot_profiles
-            from vlmdata.storage import redact
+            from vlmdata.profile.plots import plot_profiles  # matplotlib: only when a plot is asked for
 
-            shown = redact(args.input)  # never a credential in a picture
+            shown = storage.redact(args.input)  # never a credential in a picture
             plot_profiles(
                 [prof],
                 args.plot,

@@ -1,21 +1,35 @@
-"""vlmdata synth --profile profile.json -n N -o OUT | vlmdata synth --mock imagefree|bridge-noise -n N -o OUT"""
+"""vlmdata synth --profile profile.json -n N -o OUT | vlmdata synth --mock MOCK -n N -o OUT (the registered mocks)"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import textwrap
 import time
-from typing import Any
+from itertools import islice
 
 from rich.table import Table
 
 from vlmdata.cli.args import cli_flags, parse_size
 from vlmdata.cli.console import EXIT_OK, UserError, counts, human_bytes, out, print_json, progress
-from vlmdata.dataset.images import DEFAULT_MAX_IMAGE_PIXELS, MAX_ASPECT_RATIO
 from vlmdata.ingest import BuildError, write_dataset
 from vlmdata.ingest.engines import ENGINES, EngineError
 from vlmdata.profile.measure import ProfileError, get_tokenizer, load_profile
+from vlmdata.synthetic.bridge_noise import BRIDGE_IMAGE_SIZE, BRIDGE_NUM_BASE_EXAMPLES
 from vlmdata.synthetic.mocks import IMAGEFREE_ANSWER_TOKENS, IMAGEFREE_PROMPT_TOKENS, MOCKS
+
+
+def _writable(mock) -> bool:
+    return mock.synth
+
+
+def _mock_lines() -> str:
+    """One description paragraph per mock this command writes (the registry's definitions)."""
+    return "".join(
+        textwrap.fill(f"--mock {m.name}: {m.definition}", 110, initial_indent="  ", subsequent_indent="      ") + "\n"
+        for m in MOCKS.entries()
+        if _writable(m)
+    )
 
 
 def add_parser(sub):
@@ -26,15 +40,16 @@ def add_parser(sub):
             'Write shards in the `vlmdata build` format (manifest kind "synth", each KEY.json\'s "synthetic" set):\n'
             "  --profile P: rows of the profile's joint distribution; every image generated to its row's size, bytes\n"
             "      (within 10%), format, quality and chroma subsampling, photo-like pixels; text to the exact token counts\n"
-            "  --mock bridge-noise: Megatron Bridge's MockVLMSFTDatasetConfig data (256x256 uniform noise, stored as\n"
-            "      lossless PNG; prompt 'Describe this image.'; 10-29 words of Bridge's vocabulary)\n"
-            "  --mock imagefree: text only, text lengths from --profile or --prompt-tokens/--answer-tokens\n"
-            "Byte-identical output for the same arguments and seed (whatever --workers)."
+            + _mock_lines()
+            + "Mock images are stored as lossless PNG. Byte-identical output for the same arguments and seed (whatever\n"
+            "--workers)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--profile", help="profile.json (from `vlmdata profile`)")
-    p.add_argument("--mock", choices=MOCKS, help="write mock data instead of a profile's twin")
+    p.add_argument(
+        "--mock", choices=MOCKS.names(_writable), help="write mock data (a registered mock) instead of a profile's twin"
+    )
     p.add_argument("-n", "--samples", type=int, required=True, help="samples to write (> 0)")
     p.add_argument("-o", "--out", required=True, help="output folder (must be empty unless --overwrite)")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
@@ -58,9 +73,15 @@ def add_parser(sub):
         default=IMAGEFREE_ANSWER_TOKENS,
         help=f"imagefree without --profile: answer tokens per sample (default {IMAGEFREE_ANSWER_TOKENS})",
     )
-    p.add_argument("--image-size", default="256x256", help="bridge-noise: WIDTHxHEIGHT (default 256x256, Bridge's)")
+    size = "x".join(map(str, BRIDGE_IMAGE_SIZE))
+    p.add_argument("--image-size", default=size, help=f"bridge-noise: WIDTHxHEIGHT (default {size}, Bridge's)")
     p.add_argument("--num-images", type=int, default=1, help="bridge-noise: images per sample (default 1)")
-    p.add_argument("--num-base-examples", type=int, default=1000, help="bridge-noise: distinct examples (default 1000)")
+    p.add_argument(
+        "--num-base-examples",
+        type=int,
+        default=BRIDGE_NUM_BASE_EXAMPLES,
+        help=f"bridge-noise: distinct examples (default {BRIDGE_NUM_BASE_EXAMPLES})",
+    )
     p.add_argument("--prefix", default="shard", help="shard file name prefix (default: shard)")
     p.add_argument("--max-count", type=int, default=1000, help="samples per shard at most (default 1000)")
     p.add_argument(
@@ -85,53 +106,57 @@ def _size(text: str) -> tuple[int, int]:
         size = (int(w), int(h))
     except ValueError:
         raise UserError(f"--image-size {text!r}: expected WIDTHxHEIGHT, e.g. 256x256") from None
-    if not sep or min(size) <= 0:
+    if not sep:
         raise UserError(f"--image-size {text!r}: expected two positive numbers WIDTHxHEIGHT")
-    if size[0] * size[1] > DEFAULT_MAX_IMAGE_PIXELS or max(size) / min(size) > MAX_ASPECT_RATIO:
-        raise UserError(
-            f"--image-size {text!r}: at most {DEFAULT_MAX_IMAGE_PIXELS:,} pixels and an aspect ratio of "
-            f"{MAX_ASPECT_RATIO} (the image validity rule of vlmdata build)"
-        )
-    return size
+    return size  # its limits are the generator's (`image_size`)
+
+
+# a mock option -> its value from this command's flags; a mock's ``params`` name the options it takes
+FLAG_OPTIONS = {
+    "image_size": lambda a: _size(a.image_size),
+    "num_images": lambda a: a.num_images,
+    "num_base_examples": lambda a: a.num_base_examples,
+    "prompt_tokens": lambda a: a.prompt_tokens,
+    "answer_tokens": lambda a: a.answer_tokens,
+}
 
 
 def make_source(args):
     """(source, options dict) for the arguments (the in-process source that the shards are ``take(n)`` of)."""
-    # imported when the command runs: `vlmdata --help` and this command's --help stay light
-    from vlmdata.synthetic.source import MockSource, SyntheticSource
+    # the generators (numpy image synthesis, ~35 ms): imported when the command runs, not by its --help
+    from vlmdata.synthetic.source import SyntheticSource
 
     threads = max(0, args.workers if args.workers > 1 else 0)
     if args.mock is None and not args.profile:
-        raise UserError("give --profile PROFILE (a profile's synthetic twin) or --mock imagefree|bridge-noise")
-    if args.mock == "bridge-noise":
-        if args.profile:
-            raise UserError("--mock bridge-noise takes no --profile (Bridge's mock has fixed shapes)")
-        if args.num_images < 0 or args.num_base_examples <= 0:
-            raise UserError("--num-images must be >= 0 and --num-base-examples > 0")
-        opts = {
-            "image_size": _size(args.image_size),
-            "num_images": args.num_images,
-            "num_base_examples": args.num_base_examples,
-        }
-        return MockSource("bridge-noise", args.seed, threads=threads, encoded=True, **opts), opts
-    prof = load_profile(args.profile) if args.profile else None
-    tok = get_tokenizer(args.tokenizer) if args.tokenizer else None
-    if args.mock == "imagefree":
-        if args.prompt_tokens < 0 or args.answer_tokens < 1:
-            raise UserError("--prompt-tokens must be >= 0 and --answer-tokens >= 1")
-        opts = (
-            {"profile": args.profile}
-            if prof
-            else {"prompt_tokens": args.prompt_tokens, "answer_tokens": args.answer_tokens}
+        raise UserError(
+            f"give --profile PROFILE (a profile's synthetic twin) or --mock {'|'.join(MOCKS.names(_writable))}"
         )
-        kw: dict[str, Any] = (
-            {"profile": prof} if prof else {"prompt_tokens": args.prompt_tokens, "answer_tokens": args.answer_tokens}
-        )
-        return MockSource("imagefree", args.seed, threads=threads, tokenizer=tok, **kw), opts
+    if args.mock is not None:
+        return _mock_source(args, threads)
     if args.variants < 0:
         raise UserError("--variants must be >= 0")
+    prof = load_profile(args.profile)
+    tok = get_tokenizer(args.tokenizer) if args.tokenizer else None
     src = SyntheticSource(prof, args.seed, tokenizer=tok, variants=args.variants, threads=threads, pool_bytes=256 << 20)
     return src, {"profile": args.profile, "variants": args.variants}
+
+
+def _mock_source(args, threads: int):
+    """A registered mock fed the flags its ``params`` name; with --profile (a mock that takes one) the profile
+    replaces the flag options. The manifest records the options as given."""
+    from vlmdata.synthetic.source import MockSource  # the generators: not by --help (make_source)
+
+    mock = MOCKS[args.mock]
+    if args.profile and "profile" not in mock.params:
+        raise UserError(f"--mock {mock.name} takes no --profile (its shapes are fixed)")
+    extra: dict = {"encoded": True} if "encoded" in mock.params else {}  # shards store encoded images
+    if args.profile:
+        opts, kw = {"profile": args.profile}, {"profile": load_profile(args.profile)}
+    else:
+        opts = kw = {k: value(args) for k, value in FLAG_OPTIONS.items() if k in mock.params}
+    if args.tokenizer and "tokenizer" in mock.params:
+        extra["tokenizer"] = get_tokenizer(args.tokenizer)
+    return MockSource(mock.name, args.seed, threads=threads, **kw, **extra), opts
 
 
 def run(args) -> int:
@@ -196,6 +221,4 @@ def run(args) -> int:
 
 def _stream(src, n: int):
     """The first ``n`` samples of the source, generated ahead on its threads."""
-    from itertools import islice
-
     return islice(iter(src), n)

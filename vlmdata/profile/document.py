@@ -1,0 +1,168 @@
+"""The profile document (schema ``vlmdata.profile/1``, docs/profiles.md): its columns, its checks, its file.
+
+A profile is a compact empirical joint distribution of a dataset's workload shape: ``rows`` (per-sample rows and
+the image rows of each, columnar: ``SAMPLE_COLUMNS``, ``IMAGE_COLUMNS``), ``summary``, ``decode``, ``model`` and
+``tokenizer``. This module reads and writes it (``load_profile``, ``write_profile``, ``check_outputs``), checks its
+structure (``validate_profile``) and hands its rows on (``sample_rows`` to the synthetic generators,
+``metric_values`` to ``vlmdata compare``). Making one is ``profile.measure``'s job.
+
+``check_outputs(out, plot, inputs)`` runs before any profiling: the profile (and plot) can be written and replace
+nothing but an earlier profile (plot: a PNG), never an input or a dataset's file (``dataset.resolve.check_output``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from vlmdata import storage
+from vlmdata.dataset.resolve import check_output
+from vlmdata.dataset.schema import dumps, safe_label
+from vlmdata.errors import VlmdataError
+from vlmdata.qwen.spec import get_spec
+
+PROFILE_SCHEMA = "vlmdata.profile/1"
+SAMPLE_COLUMNS = ("n_images", "prompt_tokens", "answer_tokens", "turns", "visual_tokens", "first_image")
+IMAGE_COLUMNS = ("width", "height", "format", "mode", "bytes", "quality", "subsampling", "progressive", "visual_tokens")
+
+
+class ProfileError(VlmdataError):
+    """A profile cannot be made or read (bad input, bad profile file): one line for the user."""
+
+
+def is_profile(path: str) -> bool:
+    """Whether ``path`` is an existing file holding a vlmdata profile (the one kind ``write_profile`` replaces)."""
+    try:
+        doc = json.loads(storage.read_regular(path, 1 << 30, "profile file"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and str(doc.get("schema", "")).startswith("vlmdata.profile/")
+
+
+def _is_png(path: str) -> bool:
+    try:
+        got = storage.read_regular_parts(path, 1 << 40, 8, 8, "plot file")
+    except OSError:
+        return False
+    return (got if isinstance(got, bytes) else got[0])[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def check_outputs(out: str | None, plot: str | None = None, inputs=()) -> None:
+    """Before profiling: ``out`` (and ``plot``) can be written, are none of ``inputs`` and replace only an
+    earlier profile (a PNG for ``plot``); ``OutputRefused`` / ``NotWritable`` otherwise."""
+    if out is not None:
+        check_output(out, inputs=inputs, own=is_profile, what="`out`")
+        storage.check_writable(out, what="`out`")
+    if plot is not None:
+        check_output(plot, inputs=[*inputs, out], own=_is_png, what="`plot`")
+        storage.check_writable(plot, what="`plot`")
+
+
+def write_profile(profile: dict, path: str) -> str:
+    """Write canonical compact JSON (atomic); returns its sha256. An existing file at ``path`` is replaced
+    only when it is a profile (``OutputRefused`` otherwise)."""
+    check_output(path, own=is_profile, what="`out`")
+    data = dumps(profile) + b"\n"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        storage.write_bytes(path, data)  # the one atomic writer
+    except OSError as e:
+        raise ProfileError(f"{path}: cannot write the profile ({e.strerror or e})") from None
+    return hashlib.sha256(data).hexdigest()
+
+
+def profile_sha256(profile: dict) -> str:
+    """sha256 of the profile file as ``write_profile`` writes it (canonical JSON + newline)."""
+    return hashlib.sha256(dumps(profile) + b"\n").hexdigest()
+
+
+def validate_profile(p, where: str = "profile") -> dict:
+    """Check a profile document's structure; ProfileError naming the first problem."""
+    if not isinstance(p, dict):
+        raise ProfileError(f"{where}: not a JSON object")
+    if p.get("schema") != PROFILE_SCHEMA:
+        raise ProfileError(
+            f"{where}: schema {p.get('schema')!r}, expected {PROFILE_SCHEMA!r}"
+            + (" (a different profile version)" if str(p.get("schema", "")).startswith("vlmdata.profile/") else "")
+        )
+    rows: Any = p.get("rows")  # unchecked JSON: a wrong shape raises below
+    try:
+        s, im = rows["samples"], rows["images"]
+        n = len(s["n_images"])
+        if n == 0:
+            raise ProfileError(f"{where}: no sample rows")
+        for k in SAMPLE_COLUMNS:
+            if len(s[k]) != n:
+                raise ProfileError(f"{where}: sample column {k!r} has {len(s[k])} rows, expected {n}")
+        m = len(im["width"])
+        for k in IMAGE_COLUMNS:
+            if len(im[k]) != m:
+                raise ProfileError(f"{where}: image column {k!r} has {len(im[k])} rows, expected {m}")
+        if sum(s["n_images"]) != m or (n and s["first_image"][-1] + s["n_images"][-1] != m):
+            raise ProfileError(f"{where}: sample rows do not add up to the {m} image rows")
+        model = p["model"]
+        get_spec(model["name"])
+        _ = int(model["min_pixels"]), int(model["max_pixels"])  # both must be integers
+    except ProfileError:
+        raise
+    except (KeyError, TypeError, IndexError) as e:
+        raise ProfileError(f"{where}: malformed profile (missing or bad {e})") from None
+    except ValueError as e:
+        raise ProfileError(f"{where}: {e}") from None
+    return p
+
+
+def load_profile(path: str) -> dict:
+    """Read and check a profile file. The returned dict carries ``_sha256`` of the file bytes
+    (not part of the document; dropped when written again)."""
+    if "\0" in str(path) or not os.path.exists(path):
+        raise ProfileError(f"{safe_label(path)}: no such profile file")
+    if os.path.isdir(path):
+        raise ProfileError(f"{path}: is a directory, expected a profile JSON file")
+    try:
+        data = storage.read_regular(path, 1 << 30, "profile file")
+    except OSError as e:
+        raise ProfileError(f"{path}: {e.strerror or e}") from None
+    if not data.strip():
+        raise ProfileError(f"{path}: empty file, not a profile")
+    try:
+        p = json.loads(data)
+    except RecursionError:
+        raise ProfileError(f"{path}: JSON nested too deeply, not a profile") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
+        body = data.strip()
+        kind = "truncated" if body[:1] in (b"{", b"[") and body[-1:] not in (b"}", b"]") else "invalid"
+        raise ProfileError(f"{path}: {kind} JSON, not a complete profile ({e})") from None
+    validate_profile(p, path)
+    p["_sha256"] = hashlib.sha256(data).hexdigest()
+    return p
+
+
+def sample_rows(profile: dict) -> list[dict]:
+    """Stored rows as dicts: sample columns plus ``images``, a list of image-row dicts."""
+    s, im = profile["rows"]["samples"], profile["rows"]["images"]
+    out = []
+    for i in range(len(s["n_images"])):
+        a = s["first_image"][i]
+        imgs = [{k: im[k][j] for k in IMAGE_COLUMNS} for j in range(a, a + s["n_images"][i])]
+        out.append({**{k: s[k][i] for k in SAMPLE_COLUMNS}, "images": imgs})
+    return out
+
+
+def metric_values(profile: dict) -> dict[str, list[float]]:
+    """The per-unit values ``vlmdata compare`` tests, from the stored rows."""
+    s, im = profile["rows"]["samples"], profile["rows"]["images"]
+    w, h = np.asarray(im["width"], dtype=np.float64), np.asarray(im["height"], dtype=np.float64)
+    return {
+        "pixels_per_image": list(w * h),
+        "aspect_ratio": list(w / np.maximum(h, 1)),
+        "bytes_per_image": list(map(float, im["bytes"])),
+        "visual_tokens_per_sample": list(map(float, s["visual_tokens"])),
+        "text_tokens_per_sample": [float(a + b) for a, b in zip(s["prompt_tokens"], s["answer_tokens"])],
+        "images_per_sample": list(map(float, s["n_images"])),
+        "decode_ms_per_image": list(map(float, (profile.get("decode") or {}).get("ms", []))),
+    }
