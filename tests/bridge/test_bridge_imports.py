@@ -26,20 +26,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 
-def _bridge_available() -> bool:
-    try:
-        return importlib.util.find_spec("megatron.bridge") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(
-    not _bridge_available(),
-    reason="megatron.bridge is not installed in this interpreter; run scripts/bridge_env.sh and "
-    "`.bridge-venv/bin/python -m pytest tests/bridge`",
-)
-
-
 def _load_stub():
     spec = importlib.util.spec_from_file_location("vlmdata_te_stub", os.path.join(HERE, "te_stub.py"))
     module = importlib.util.module_from_spec(spec)

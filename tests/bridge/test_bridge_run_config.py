@@ -34,20 +34,6 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 FIXTURE_DIR = os.path.join(REPO, "tests", "audit", "fixtures")
 
 
-def _bridge_available() -> bool:
-    try:
-        return importlib.util.find_spec("megatron.bridge") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(
-    not _bridge_available(),
-    reason="megatron.bridge is not installed in this interpreter; run scripts/bridge_env.sh and "
-    "`.bridge-venv/bin/python -m pytest tests/bridge`",
-)
-
-
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(f"vlmdata_{name}", os.path.join(HERE, f"{name}.py"))
     assert spec is not None and spec.loader is not None

@@ -52,19 +52,6 @@ PACKED_KEYS = (
 )
 
 
-def _bridge_available() -> bool:
-    try:
-        return importlib.util.find_spec("megatron.bridge") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(
-    not _bridge_available(),
-    reason="megatron.bridge is not installed in this interpreter; run `bash scripts/bridge_env.sh && "
-    ".bridge-venv/bin/python -m pytest -q tests/bridge`",
-)
-
 TEXT_ONLY = [
     {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
     {"role": "user", "content": [{"type": "text", "text": "Hi there, <b>what</b> is 2+2?"}]},

@@ -166,3 +166,18 @@ def test_missing_input(tmp_path, capsys):
     with pytest.raises(ProfileError, match="no such file"):
         profile_dataset(str(tmp_path / "nope"))
     _error(capsys, ["profile", str(tmp_path / "nope"), "-o", str(tmp_path / "p.json")])
+
+
+def test_profile_options_are_frozen_and_checked_when_made():
+    import dataclasses
+
+    opts = ProfileOptions(cap=5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.cap = 6  # type: ignore[misc]
+    with pytest.raises(ProfileError, match="`cap` must be positive, got 0"):
+        ProfileOptions(cap=0)
+    with pytest.raises(ProfileError, match="`decode_images` must be an integer"):
+        dataclasses.replace(opts, decode_images="all")  # type: ignore[arg-type]
+    with pytest.raises(ProfileError, match="unknown model 'qwen9'"):
+        ProfileOptions(model="qwen9")
+    assert dataclasses.replace(opts, seed=3) == ProfileOptions(cap=5, seed=3)

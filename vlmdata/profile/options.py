@@ -1,4 +1,8 @@
-"""``ProfileOptions``: every setting of ``profile_dataset``, with its defaults and its checks."""
+"""``ProfileOptions``: every setting of ``profile_dataset``, with its defaults and its checks.
+
+Frozen and self-validating like ``LoaderOptions`` and ``BuildOptions``: a bad value raises ``ProfileError``
+(naming the parameter) when the options are made; ``dataclasses.replace`` makes a checked copy.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +18,9 @@ DEFAULT_DECODE_IMAGES = 1000
 MODELS = tuple(SPECS)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProfileOptions:
-    """The settings of one profile (``check()`` raises ``ProfileError`` naming the first bad parameter)."""
+    """The settings of one profile (checked when made: ``ProfileError`` names the first bad parameter)."""
 
     model: str = "qwen3-vl"
     min_pixels: int = BRIDGE_MIN_PIXELS
@@ -30,7 +34,11 @@ class ProfileOptions:
     image_root: str | None = None
     prompt: str = DEFAULT_PROMPT  # the user turn of caption-only sources
 
+    def __post_init__(self) -> None:
+        self.check()
+
     def check(self) -> None:
+        """Raise ``ProfileError`` naming the first bad parameter (run when the options are made)."""
         for name in ("min_pixels", "max_pixels", "cap", "seed", "decode_images", "decode_repeats"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):

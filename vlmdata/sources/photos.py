@@ -15,6 +15,8 @@ import os
 import numpy as np
 from PIL import Image
 
+from vlmdata.sources.text import DEFAULT_PROMPT
+
 PHOTOS = {  # name: (package, relative path, captions)
     "astronaut": (
         "skimage",
@@ -124,7 +126,7 @@ MULTI_PROMPTS = [
     "Which of these images shows an animal?",
 ]
 SINGLE_PROMPTS = [
-    "Describe this image.",
+    DEFAULT_PROMPT,
     "What is shown in this picture?",
     "Write a short caption for this photo.",
     "<image>\nWhat do you see?",
@@ -207,13 +209,11 @@ def make_source(folder: str, n_single: int = 72, n_multi: int = 16, seed: int = 
         llava_record("document-0", "images/page.png", "<image>\nWhat kind of document is this?", DOCUMENT[2])
     )
     # two bad inputs, to show the accounting: a missing file and a truncated JPEG
-    records.append(
-        llava_record("bad-missing", "images/does_not_exist.jpg", "<image>\nDescribe this image.", "Missing.")
-    )
+    records.append(llava_record("bad-missing", "images/does_not_exist.jpg", f"<image>\n{DEFAULT_PROMPT}", "Missing."))
     good = open(os.path.join(folder, records[0]["image"]), "rb").read()
     with open(os.path.join(folder, "images/truncated.jpg"), "wb") as f:
         f.write(good[: len(good) // 2])
-    records.append(llava_record("bad-truncated", "images/truncated.jpg", "<image>\nDescribe this image.", "Truncated."))
+    records.append(llava_record("bad-truncated", "images/truncated.jpg", f"<image>\n{DEFAULT_PROMPT}", "Truncated."))
     return write_jsonl(folder, records)
 
 
@@ -240,5 +240,5 @@ def make_large_source(folder: str, n: int = 240, seed: int = 2) -> str:
         rel = f"images/{name}_{i:04d}.jpg"
         big.save(os.path.join(folder, rel), "JPEG", quality=int(rng.integers(85, 96)))
         caption = PHOTOS[name][2][int(rng.integers(3))]
-        records.append(llava_record(f"large-{i:04d}", rel, "<image>\nDescribe this image.", caption))
+        records.append(llava_record(f"large-{i:04d}", rel, f"<image>\n{DEFAULT_PROMPT}", caption))
     return write_jsonl(folder, records)

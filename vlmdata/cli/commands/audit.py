@@ -69,15 +69,14 @@ GIVEN = (  # AuditConfig fields whose flag carries the value as it is (None: not
 )
 
 
-OTHER_SOURCES = ", ".join(s for s in ALL_SOURCES if s not in SOURCES)
 HELP = {  # the audit's flags (dest -> help); every default quoted comes from the library
     "real": "real dataset: a vlmdata shard folder, a glob or a .tar (default: the embedded sample data)",
     "profile": "sample the synthetic source from this profile.json (not paired) instead of twinning the real samples",
-    "sources": f"comma-separated sources (default {','.join(A.sources)}; also: {OTHER_SOURCES}); real is required",
+    "sources": f"comma-separated sources (default {','.join(A.sources)}; also: {{other}}); real is required",
     "preset": f"reference model size (default {CPU['preset']} on CPU, {GPU['preset']} on CUDA)",
     "model_config": "take the model's shape from a Hugging Face Qwen3-VL / Qwen3-VL-MoE / Qwen2.5-VL config.json (or the checkpoint folder holding it); random weights, nothing downloaded",
     "bridge_config": "take the run's settings from a Megatron Bridge ConfigContainer YAML (micro and global batch, seq_length, TP/PP/EP/CP, freezing, recompute, packing); flags override it",
-    "slice_layers": "measure K decoder layers (at the true width, experts/EP per layer) and compose the step (default: the whole model if it fits the GPU, else 4)",
+    "slice_layers": "measure K decoder layers (at the true width, experts/EP per layer) and compose the step (default: the whole model if it fits the GPU, else its DeepStack layers + 2 plain ones)",
     "global_batch_size": f"samples per optimizer step over all data-parallel ranks (default {CPU['micro_batches']} micro-batches per step on CPU, {GPU['micro_batches']} on CUDA)",
     "seq_policy": "padding: bridge (default: Bridge's rule for --tp/--pp/--ep: seq_length when PP>1 or EP>1, else a multiple of 128 then of lcm(TP,16)), pad128, max (seq_length), pack (in-batch packing)",
     "recompute": "activation recompute of the run (default none)",
@@ -113,8 +112,9 @@ COMPARE_HELP = {
 
 def _run_arguments(p) -> None:
     """The model and the user's run."""
+    other = ", ".join(s for s in ALL_SOURCES if s not in SOURCES)  # the registry as it is now
     for name in ("real", "profile", "sources"):
-        p.add_argument(f"--{name}", help=HELP[name])
+        p.add_argument(f"--{name}", help=HELP[name].replace("{other}", other))
     p.add_argument("--preset", choices=tuple(PRESETS), help=HELP["preset"])
     p.add_argument("--model-config", metavar="CONFIG_JSON", help=HELP["model_config"])
     p.add_argument("--bridge-config", metavar="YAML", help=HELP["bridge_config"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from rich.table import Table
 
@@ -55,9 +56,7 @@ def add_parser(sub):
 
 def _opts(ref: dict | None, args) -> ProfileOptions:
     o = options_from(ref, args.tokenizer) if ref else ProfileOptions(tokenizer=args.tokenizer)
-    if args.model:
-        o.model = args.model
-    return o
+    return dataclasses.replace(o, model=args.model) if args.model else o
 
 
 def run(args) -> int:

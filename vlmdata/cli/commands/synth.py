@@ -14,6 +14,7 @@ from vlmdata.cli.args import cli_flags, parse_size
 from vlmdata.cli.console import EXIT_OK, UserError, counts, human_bytes, out, print_json, progress
 from vlmdata.ingest import BuildError, write_dataset
 from vlmdata.ingest.engines import ENGINES, EngineError
+from vlmdata.ingest.options import DEFAULT_MAX_COUNT, DEFAULT_PREFIX
 from vlmdata.profile.measure import ProfileError, get_tokenizer, load_profile
 from vlmdata.synthetic.bridge_noise import BRIDGE_IMAGE_SIZE, BRIDGE_NUM_BASE_EXAMPLES
 from vlmdata.synthetic.mocks import IMAGEFREE_ANSWER_TOKENS, IMAGEFREE_PROMPT_TOKENS, MOCKS
@@ -82,8 +83,13 @@ def add_parser(sub):
         default=BRIDGE_NUM_BASE_EXAMPLES,
         help=f"bridge-noise: distinct examples (default {BRIDGE_NUM_BASE_EXAMPLES})",
     )
-    p.add_argument("--prefix", default="shard", help="shard file name prefix (default: shard)")
-    p.add_argument("--max-count", type=int, default=1000, help="samples per shard at most (default 1000)")
+    p.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"shard file name prefix (default: {DEFAULT_PREFIX})")
+    p.add_argument(
+        "--max-count",
+        type=int,
+        default=DEFAULT_MAX_COUNT,
+        help=f"samples per shard at most (default {DEFAULT_MAX_COUNT})",
+    )
     p.add_argument(
         "--max-size", type=parse_size, default="512MiB", help="bytes per shard at most (default 512MiB; 0 = none)"
     )
