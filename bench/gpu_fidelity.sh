@@ -31,12 +31,12 @@ for stage in "$@"; do
     smoke)
       run smoke-default 200 --steps 2 --sources imagefree,real
       run smoke-a3b 200 --bridge-config $A3B --steps 2 --sources imagefree,real ;;
-    audit) run "$stage" 150 --sources "$src" --max-steps "${AUDIT_STEPS:-4}" ;;
+    audit) run "$stage" 150 --sources "$src" --max-steps "${AUDIT_STEPS:-6}" ;;
     a3b) run "$stage" 150 --bridge-config $A3B --sources "$src" --max-steps "${A3B_STEPS:-6}" ;;
     compose)
       pair=imagefree,real; [ "${order:-fwd}" = rev ] && pair=real,imagefree
-      run "$stage-whole" 120 --sources $pair --steps "${COMPOSE_STEPS:-3}"
-      run "$stage-slice" 120 --sources $pair --steps "${COMPOSE_STEPS:-3}" --slice-layers 4 ;;
+      run "$stage-whole" 120 --sources $pair --steps "${COMPOSE_STEPS:-6}"
+      run "$stage-slice" 120 --sources $pair --steps "${COMPOSE_STEPS:-6}" --slice-layers 4 ;;
   esac
   tar czf "$OUTDIR/reports.tar.gz" --exclude=synthetic-twin -C /tmp fid  # after every stage: a cut-off call keeps what ran
 done

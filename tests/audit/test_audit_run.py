@@ -442,3 +442,27 @@ def test_image_device_options_reach_decoding_loaders_only():
     assert (o.images, o.image_device) == ("drop", None)
     o = loader_options(cfg, imagefree, 1, images="shapes")
     assert (o.images, o.image_device) == ("drop", None)
+
+
+def test_seq_length_too_short_counts_each_sample_once(tmp_path, llava_source):
+    """The census covers more micro-batches than a 12-sample dataset has: a sample seen in two epochs is one
+    sample too long, and the message names it (issue 20: "17 of 130 samples" for a 30-sample dataset)."""
+    import re
+
+    import vlmdata
+
+    out = str(tmp_path / "ds")
+    vlmdata.build(llava_source, out)
+    with pytest.raises(Exception) as info:
+        run_audit(
+            AuditConfig(real=out, sources=("imagefree", "real"), seq_length=128, min_steps=3, max_steps=3, block=3),
+            clock=FakeClock(),
+            workload=ShapeCostWorkload(FakeClock()),
+        )
+    m = re.search(
+        r"source real: (\d+) distinct samples in the first (\d+) micro-batches need more than", str(info.value)
+    )
+    assert m, str(info.value)
+    distinct, micro = int(m.group(1)), int(m.group(2))
+    assert micro * 2 > 12 and 1 <= distinct <= 12  # 12 good samples: never more than there are
+    assert re.search(r"need more than `seq_length`=128 tokens: \S+ \(\d+\)", str(info.value))

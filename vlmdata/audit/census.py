@@ -59,7 +59,8 @@ class Census:
     epochs: list = field(default_factory=list)  # epoch of each batch (None when the loader does not say)
     samples: list[list] = field(default_factory=list)  # [tokens, [patches per image]] per sample
     longest: int = 0
-    too_long: int = 0
+    too_long: int = 0  # rows longer than their batch's width (an epoch repeated in the census counts again)
+    too_long_keys: dict = field(default_factory=dict)  # distinct samples among them (key -> tokens), in order
 
     def epoch_micro(self) -> int | None:
         """Micro-batches until the first batch of the next epoch (None: no epoch ends within the census)."""
@@ -105,8 +106,11 @@ def census(name: str, loader, micro_batches: int, workload, prepare: Callable = 
         lens = row_lengths(loader, batch)
         c.longest = max(c.longest, max(lens))
         width = int(torch.as_tensor(batch["input_ids"]).shape[1])
-        too_long = sum(n > width for n in lens) if batch.get("cu_seqlens_q") is None else 0
+        over = [j for j, n in enumerate(lens) if n > width] if batch.get("cu_seqlens_q") is None else []
+        too_long = len(over)
         c.too_long += too_long
+        for j in over:  # keyed by sample (a repeated epoch names it once); unkeyed rows by position
+            c.too_long_keys.setdefault(c.keys[-1][j] if j < len(c.keys[-1]) else f"micro-batch {i} row {j}", lens[j])
         c.samples.append([] if too_long else _census_samples(loader, batch, merge))  # truncated: refused below
     return c
 
@@ -151,9 +155,11 @@ def take_census(run: Any, shards: list[str]) -> Sources:
         c = census(name, loader, plan.horizon * plan.n_micro + ahead, run.workload, plan.res.run.prepare, merge)
         censuses[name] = c
         if c.too_long:
+            named = list(c.too_long_keys)
+            shown = ", ".join(f"{k} ({c.too_long_keys[k]})" for k in named[:3]) + (", ..." if len(named) > 3 else "")
             raise AuditError(
-                f"source {name}: {c.too_long} samples in the first {len(c.items)} micro-batches need more than "
-                f"`seq_length`={plan.res.run.seq_length} tokens (the longest needs {c.longest}); use "
+                f"source {name}: {len(named)} distinct samples in the first {len(c.items)} micro-batches need more "
+                f"than `seq_length`={plan.res.run.seq_length} tokens: {shown} (the longest needs {c.longest}); use "
                 f"`seq_length` >= {-(-c.longest // 128) * 128}"
             )
     micro = censuses[REAL].epoch_micro()

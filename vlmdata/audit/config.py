@@ -104,7 +104,9 @@ class AuditConfig:
     # the model
     preset: str | None = None
     model_config: str | None = None  # a Hugging Face config.json (or its folder)
-    slice_layers: int | None = None  # decoder layers measured; None: the whole model if it fits, else 4
+    slice_layers: int | None = (
+        None  # decoder layers measured; None: the whole model if it fits, else DeepStack + 2 (>= 4)
+    )
     attention: str = "varlen"  # "varlen" (vlmdata.audit.kernels) or "sdpa" (transformers' path)
     logits: str | None = None  # "all" | "loss"
     # the user's run (RunSpec); None: from bridge_config, else the device default
