@@ -38,3 +38,13 @@ def test_audit_with_bad_torchrun_variables_is_one_line(env, monkeypatch, capsys)
     assert main(["audit", "--sources", "imagefree,real", "--steps", "2", "-q"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.startswith("error:") and ("WORLD_SIZE" in err or "LOCAL_RANK" in err)
+
+
+# ----------------------------------------------------------------------------- destructive
+
+
+def test_demo_never_replaces_an_existing_dataset_unless_asked(ds, capsys):
+    pytest.importorskip("skimage")
+    before = (ds / "manifest.json").read_bytes()
+    assert main(["demo", "-o", str(ds), "-q", "--workers", "1"]) == 2
+    assert (ds / "manifest.json").read_bytes() == before and "not empty" in capsys.readouterr().err
