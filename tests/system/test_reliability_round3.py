@@ -48,3 +48,68 @@ def test_demo_never_replaces_an_existing_dataset_unless_asked(ds, capsys):
     before = (ds / "manifest.json").read_bytes()
     assert main(["demo", "-o", str(ds), "-q", "--workers", "1"]) == 2
     assert (ds / "manifest.json").read_bytes() == before and "not empty" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- profiles that lie, unbounded synth flags
+
+
+@pytest.fixture(scope="module")
+def profile_doc(tmp_path_factory):
+    out = tmp_path_factory.mktemp("prof") / "p.json"
+    assert main(["profile", vlmdata.sample_data_path(), "-o", str(out), "-q", "--decode-images", "2"]) == 0
+    return json.loads(out.read_text())
+
+
+def _set(col, value, every=False):
+    def edit(doc):
+        table, key = col.split(".")
+        cells = doc["rows"][table][key]
+        for i in range(len(cells) if every else 1):
+            cells[i] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, expect",
+    [
+        (_set("samples.first_image", 10**6), "first_image"),  # IndexError
+        (_set("images.width", [1, 2]), "width"),  # TypeError
+        (_set("images.bytes", float("nan")), "bytes"),  # "cannot convert float NaN to integer", no file named
+        (_set("images.width", 2.5), "width"),
+        (_set("images.quality", 1000), "quality"),
+        (_set("samples.answer_tokens", 10**8, every=True), "answer_tokens"),  # ran out of memory
+        (_set("images.width", 60000, every=True), "pixels"),  # a 3.6-gigapixel render: out of memory
+        (_set("images.bytes", 10**12), "bytes"),
+    ],
+)
+def test_synth_refuses_a_profile_whose_rows_lie(edit, expect, profile_doc, tmp_path, capsys):
+    doc = json.loads(json.dumps(profile_doc))
+    edit(doc)
+    path = tmp_path / "lying.json"
+    path.write_text(json.dumps(doc))
+    assert main(["synth", "--profile", str(path), "-n", "2", "-o", str(tmp_path / "o"), "-q", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and expect in err and len(err.strip().splitlines()) == 1
+
+
+def test_compare_refuses_a_profile_whose_rows_lie(profile_doc, tmp_path, capsys):
+    doc = json.loads(json.dumps(profile_doc))
+    _set("images.width", [1, 2])(doc)
+    (tmp_path / "a.json").write_text(json.dumps(profile_doc))
+    (tmp_path / "b.json").write_text(json.dumps(doc))
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "-q"]) == 2
+    assert "b.json: rows.images.width[0]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--mock", "imagefree", "--answer-tokens", "100000000"],
+        ["--mock", "imagefree", "--prompt-tokens", "100000000"],
+        ["--mock", "bridge-noise", "--num-images", "1000000"],
+    ],
+)
+def test_synth_mock_sizes_are_bounded(flags, tmp_path, capsys):
+    assert main(["synth", *flags, "-n", "2", "-o", str(tmp_path / "o"), "-q", "--workers", "1"]) == 2
+    assert "must be at most" in capsys.readouterr().err
