@@ -113,3 +113,25 @@ def test_compare_refuses_a_profile_whose_rows_lie(profile_doc, tmp_path, capsys)
 def test_synth_mock_sizes_are_bounded(flags, tmp_path, capsys):
     assert main(["synth", *flags, "-n", "2", "-o", str(tmp_path / "o"), "-q", "--workers", "1"]) == 2
     assert "must be at most" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- wrong verdicts: shards from another tool
+
+
+def test_validate_fails_a_shard_of_links_and_fifos(tmp_path, capsys):
+    import tarfile
+
+    path = tmp_path / "links.tar"
+    with tarfile.open(path, "w") as t:
+        for name, typ, target in [
+            ("s0.jpg", tarfile.SYMTYPE, "/dev/zero"),
+            ("s0.json", tarfile.LNKTYPE, "/etc/passwd"),
+            ("d0", tarfile.DIRTYPE, ""),
+            ("f0", tarfile.FIFOTYPE, ""),
+        ]:
+            ti = tarfile.TarInfo(name)
+            ti.type, ti.linkname = typ, target
+            t.addfile(ti)
+    assert main(["validate", str(path), "-q"]) == 1  # was "OK: 1 shards, 0 samples", exit 0
+    err = capsys.readouterr().err
+    assert "s0.jpg" in err and "symbolic link" in err and "hard link" in err and "FIFO" in err and "d0" not in err
