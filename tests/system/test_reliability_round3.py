@@ -135,3 +135,23 @@ def test_validate_fails_a_shard_of_links_and_fifos(tmp_path, capsys):
     assert main(["validate", str(path), "-q"]) == 1  # was "OK: 1 shards, 0 samples", exit 0
     err = capsys.readouterr().err
     assert "s0.jpg" in err and "symbolic link" in err and "hard link" in err and "FIFO" in err and "d0" not in err
+
+
+@pytest.mark.parametrize("key", ["k" * 150, "é" * 60])
+def test_the_loader_reads_a_pax_named_sample_that_validate_passes(key, tmp_path, capsys):
+    import io
+    import tarfile
+
+    src = tarfile.open(vlmdata.sample_data_path() + "/shard-000000.tar")
+    meta = json.loads(src.extractfile("s000000000.json").read())
+    meta["key"] = key
+    parts = {"json": json.dumps(meta).encode(), "0.jpg": src.extractfile("s000000000.0.jpg").read()}
+    path = tmp_path / "pax.tar"
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as t:  # another tool's long or non-ASCII names
+        for ext, data in parts.items():
+            ti = tarfile.TarInfo(f"{key}.{ext}")
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    assert main(["validate", str(path), "-q"]) == 0
+    loader = vlmdata.make_loader(str(path), micro_batch_size=1, num_epochs=1)
+    assert sum(1 for _ in loader) == 1  # was 0: skipped as corrupt_tar + duplicate_key (the scan ignored pax paths)

@@ -138,7 +138,7 @@ def parse_header(hdr: bytes) -> tuple[str, int, bytes]:
     return name.decode("utf-8", "surrogateescape"), size, hdr[156:157]
 
 
-def _pax_path(data: bytes) -> str | None:
+def pax_path(data: bytes) -> str | None:
     """The ``path`` record of a pax extended header, if any."""
     pos = 0
     found = None
@@ -206,7 +206,7 @@ def iter_members(fileobj: SupportsRead[bytes]) -> Iterator[tuple[str, bytes, byt
             long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
             continue
         if typ == b"x":
-            long_name = _pax_path(data) or long_name
+            long_name = pax_path(data) or long_name
             continue
         if typ == b"g":
             continue
