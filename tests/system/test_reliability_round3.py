@@ -155,3 +155,23 @@ def test_the_loader_reads_a_pax_named_sample_that_validate_passes(key, tmp_path,
     assert main(["validate", str(path), "-q"]) == 0
     loader = vlmdata.make_loader(str(path), micro_batch_size=1, num_epochs=1)
     assert sum(1 for _ in loader) == 1  # was 0: skipped as corrupt_tar + duplicate_key (the scan ignored pax paths)
+
+
+@pytest.mark.parametrize("where", ["foreign", "dataset", "source", "parent", "inside"])
+def test_staging_never_deletes_a_folder_vlmdata_did_not_make(where, ds, tmp_path, capsys):
+    from PIL import Image
+
+    src = tmp_path / "parent" / "src"
+    src.mkdir(parents=True)
+    Image.new("RGB", (64, 48), (30, 60, 90)).save(src / "img0.jpg")
+    (src / "img0.txt").write_text("a caption")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
+    staging = {"foreign": foreign, "dataset": ds, "source": src, "parent": src.parent, "inside": src / "stage"}[where]
+    before = sorted(p.name for p in staging.iterdir()) if staging.exists() else None
+    out = f"memory://round3/{where}"
+    assert main(["build", str(src), "-o", out, "--staging", str(staging), "-q"]) == 2  # deleted the folder, exit 0
+    assert "staging folder" in capsys.readouterr().err
+    assert (sorted(p.name for p in staging.iterdir()) if staging.exists() else None) == before
+    assert (src / "img0.txt").read_text() == "a caption"
