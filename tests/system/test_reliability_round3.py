@@ -175,3 +175,28 @@ def test_staging_never_deletes_a_folder_vlmdata_did_not_make(where, ds, tmp_path
     assert "staging folder" in capsys.readouterr().err
     assert (sorted(p.name for p in staging.iterdir()) if staging.exists() else None) == before
     assert (src / "img0.txt").read_text() == "a caption"
+
+
+# ----------------------------------------------------------------------------- tracebacks: seeds, repeats
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["profile", "DS", "-o", "OUT/p.json", "--seed", "-1"],
+        ["profile", "DS", "-o", "OUT/p.json", "--decode-repeats", "100000000"],
+        ["synth", "--mock", "bridge-noise", "-n", "2", "-o", "OUT/s", "--seed", "-1"],
+    ],
+)
+def test_negative_seeds_and_endless_repeats_are_one_line(argv, ds, tmp_path, capsys):
+    argv = [a.replace("DS", str(ds)).replace("OUT", str(tmp_path)) for a in argv]
+    assert main([*argv, "-q"]) == 2  # profile --seed -1: numpy's ValueError traceback
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and ("--seed must be >= 0" in err or "--decode-repeats must be at most" in err)
+
+
+def test_profile_options_refuse_a_negative_seed():
+    from vlmdata.profile.options import ProfileOptions
+
+    with pytest.raises(VlmdataError, match="seed"):
+        ProfileOptions(seed=-1)
