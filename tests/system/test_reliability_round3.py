@@ -200,3 +200,9 @@ def test_profile_options_refuse_a_negative_seed():
 
     with pytest.raises(VlmdataError, match="seed"):
         ProfileOptions(seed=-1)
+
+
+def test_load_hf_refuses_a_split_name_too_long_for_the_cache():
+    pytest.importorskip("datasets")
+    with pytest.raises(VlmdataError, match="split"):  # was datasets' DatasetGenerationError (file name too long)
+        vlmdata.load_hf(vlmdata.sample_data_path(), split="x" * 300)
