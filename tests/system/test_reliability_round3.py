@@ -206,3 +206,29 @@ def test_load_hf_refuses_a_split_name_too_long_for_the_cache():
     pytest.importorskip("datasets")
     with pytest.raises(VlmdataError, match="split"):  # was datasets' DatasetGenerationError (file name too long)
         vlmdata.load_hf(vlmdata.sample_data_path(), split="x" * 300)
+
+
+# ----------------------------------------------------------------------------- hangs: a manifest that lies about counts
+
+
+@pytest.mark.parametrize("nbytes", [None, 10**15])
+def test_a_manifest_claiming_billions_of_samples_is_one_line(nbytes, ds, capsys):
+    m = json.loads((ds / "manifest.json").read_text())
+    e = m["shards"][0]
+    e["samples"], e["key_runs"] = 10**10, [["s000000000", 10**10]]  # validate and the loader expanded 10**10 keys
+    if nbytes:
+        e["bytes"] = nbytes
+    m["totals"]["samples"] = sum(s["samples"] for s in m["shards"])
+    (ds / "manifest.json").write_text(json.dumps(m))
+    for cmd in ("validate", "inspect"):
+        assert main([cmd, str(ds), "-q"]) == 2
+        assert "samples" in capsys.readouterr().err
+    with pytest.raises(VlmdataError, match="samples"):
+        vlmdata.make_loader(str(ds))
+
+
+def test_build_max_count_is_bounded_by_what_a_manifest_may_hold(tmp_path):
+    from vlmdata import BuildOptions
+
+    with pytest.raises(VlmdataError, match="max_count"):
+        BuildOptions(max_count=10**9)
