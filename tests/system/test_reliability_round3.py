@@ -232,3 +232,9 @@ def test_build_max_count_is_bounded_by_what_a_manifest_may_hold(tmp_path):
 
     with pytest.raises(VlmdataError, match="max_count"):
         BuildOptions(max_count=10**9)
+
+
+def test_an_output_name_too_long_fails_before_any_work(ds, tmp_path, capsys):
+    out = tmp_path / ("a" * 300 + ".json")
+    assert main(["profile", str(ds), "-o", str(out), "-q"]) == 2
+    assert "cannot write there (File name too long)" in capsys.readouterr().err  # was after the whole profile
