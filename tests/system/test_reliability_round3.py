@@ -238,3 +238,24 @@ def test_an_output_name_too_long_fails_before_any_work(ds, tmp_path, capsys):
     out = tmp_path / ("a" * 300 + ".json")
     assert main(["profile", str(ds), "-o", str(out), "-q"]) == 2
     assert "cannot write there (File name too long)" in capsys.readouterr().err  # was after the whole profile
+
+
+# ----------------------------------------------------------------------------- the API: Path objects
+
+
+@pytest.mark.parametrize("field", ["image_root", "image_column", "text_column"])
+def test_build_options_take_a_path_only_where_a_path_belongs(field, tmp_path):
+    import pathlib
+
+    from vlmdata import BuildOptions
+
+    src = tmp_path / "src"
+    src.mkdir()
+    from PIL import Image
+
+    Image.new("RGB", (48, 32)).save(src / "0.jpg")
+    (src / "0.txt").write_text("c")
+    try:  # was a TypeError ('PosixPath' is not iterable / not JSON serializable)
+        vlmdata.build(str(src), str(tmp_path / "out"), BuildOptions(**{field: pathlib.Path("/nonexistent")}))
+    except VlmdataError:
+        pass

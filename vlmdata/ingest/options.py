@@ -109,7 +109,10 @@ class BuildOptions:
     def __post_init__(self) -> None:
         for name in ("format", "image_root", "image_column", "text_column"):
             v = getattr(self, name)
-            if v is not None and not isinstance(v, (str, os.PathLike)):
+            if isinstance(v, os.PathLike) and name == "image_root":  # a Path is a path: kept as its text (a
+                v = os.fspath(v)  # PosixPath image_root was a TypeError deep in the build, a column one in JSON)
+                object.__setattr__(self, name, v)
+            if v is not None and not isinstance(v, str):
                 raise BuildOptionsError(f"`{name}` must be a string or None, got {type(v).__name__}")
         for name in ("fsync", "allow_outside_root"):
             if not isinstance(getattr(self, name), bool):
