@@ -259,3 +259,18 @@ def test_build_options_take_a_path_only_where_a_path_belongs(field, tmp_path):
         vlmdata.build(str(src), str(tmp_path / "out"), BuildOptions(**{field: pathlib.Path("/nonexistent")}))
     except VlmdataError:
         pass
+
+
+@pytest.mark.parametrize("field, value", [("head_dim", 0), ("num_key_value_heads", 0), ("num_key_value_heads", 5)])
+def test_a_model_config_with_a_zero_head_dim_is_one_line(field, value, tmp_path):
+    import os
+
+    from vlmdata.audit.model_config import ModelConfigError, read_model_config
+
+    fixtures = os.path.join(os.path.dirname(os.path.dirname(__file__)), "audit", "fixtures")
+    doc = json.loads(open(os.path.join(fixtures, "hf_qwen3_vl_8b.json")).read())
+    doc["text_config"][field] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ModelConfigError, match=field):  # head_dim 0: ZeroDivisionError when the model was made
+        read_model_config(str(path))
