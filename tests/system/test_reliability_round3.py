@@ -274,3 +274,18 @@ def test_a_model_config_with_a_zero_head_dim_is_one_line(field, value, tmp_path)
     path.write_text(json.dumps(doc))
     with pytest.raises(ModelConfigError, match=field):  # head_dim 0: ZeroDivisionError when the model was made
         read_model_config(str(path))
+
+
+# ----------------------------------------------------------------------------- a dataset's text on the terminal
+
+
+def test_inspect_never_passes_a_manifests_escapes_or_markup_to_the_terminal(ds, capsys):
+    m = json.loads((ds / "manifest.json").read_text())
+    acc = m["accounting"]
+    acc["skipped_samples"][0]["detail"] = "\x1b[2J\x1b]0;pwn\x07 cleared"  # clears the screen, sets the title
+    acc["skipped_by_reason"]["[link=http://evil]x[/link]"] = 0
+    (ds / "manifest.json").write_text(json.dumps(m))
+    main(["inspect", str(ds), "-q"])
+    out = capsys.readouterr().out
+    assert "\x1b[2J" not in out and "\x07" not in out and "\\x1b[2J" in out
+    assert "[link=http://evil]x[/link]" in out  # shown as text, not made a link
