@@ -289,3 +289,18 @@ def test_inspect_never_passes_a_manifests_escapes_or_markup_to_the_terminal(ds, 
     out = capsys.readouterr().out
     assert "\x1b[2J" not in out and "\x07" not in out and "\\x1b[2J" in out
     assert "[link=http://evil]x[/link]" in out  # shown as text, not made a link
+
+
+# ----------------------------------------------------------------------------- silent loss: a lying loader state
+
+
+@pytest.mark.parametrize(
+    "consumed", [{"prefix": 10**18, "extra": []}, {"prefix": 1, "extra": [10**12]}, {"prefix": 1, "extra": [-5]}]
+)
+def test_a_loader_state_past_the_epoch_is_refused(consumed):
+    from vlmdata.loaders.loader import LoaderStateError
+
+    loader = vlmdata.make_loader(vlmdata.sample_data_path(), micro_batch_size=1)
+    state = {**loader.state_dict(), "consumed": consumed}
+    with pytest.raises(LoaderStateError, match="outside"):  # resumed as a finished epoch: nothing yielded, silently
+        loader.load_state_dict(state)
