@@ -8,6 +8,7 @@ Depends on ``errors`` only.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable
 
 from vlmdata.errors import OptionsError
@@ -17,6 +18,24 @@ def at_least(name: str, value, low: int, error: type[Exception] = OptionsError) 
     """``error`` unless ``value`` is an integer (not a bool) of at least ``low``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise error(f"`{name}` must be an integer >= {low}, got {value!r}")
+
+
+def env_int(name: str, default: int, low: int = 0, error: type[Exception] = OptionsError) -> int:
+    """The integer environment variable ``name`` (torchrun's ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), else
+    ``default``; ``error`` naming the variable when it is set to anything but an integer of at least ``low``
+    (``WORLD_SIZE=abc`` was a ``ValueError`` traceback)."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = None
+    if value is None or value < low:
+        raise error(
+            f"environment variable {name}={text[:40]!r} is not an integer >= {low} (unset it, or launch with torchrun)"
+        )
+    return value
 
 
 def one_of(name: str, value, allowed: tuple, error: type[Exception] = OptionsError) -> None:

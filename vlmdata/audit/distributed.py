@@ -17,6 +17,8 @@ from typing import Any
 import torch
 
 from vlmdata.audit.ranks import merge_ranks, stragglers  # noqa: F401  # re-exported: their home is audit.ranks
+from vlmdata.errors import OptionsError
+from vlmdata.options_util import env_int
 
 
 @dataclass
@@ -34,11 +36,11 @@ class DistInfo:
 
 def init_distributed(device: str) -> DistInfo | None:
     """Initialise the process group when launched by torchrun (``WORLD_SIZE`` > 1); else None."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    if env_int("WORLD_SIZE", 1, low=1) <= 1:
         return None
     import torch.distributed as dist
 
-    local = int(os.environ.get("LOCAL_RANK", "0"))
+    local = env_int("LOCAL_RANK", 0)
     cuda = torch.device(device).type == "cuda"
     if cuda:
         torch.cuda.set_device(local)
@@ -46,7 +48,13 @@ def init_distributed(device: str) -> DistInfo | None:
     backend = "nccl" if cuda else "gloo"
     if not dist.is_initialized():
         kwargs: dict[str, Any] = {"device_id": torch.device(device)} if cuda else {}
-        dist.init_process_group(backend, **kwargs)
+        try:
+            dist.init_process_group(backend, **kwargs)
+        except ValueError as e:  # torch's env:// rendezvous: RANK, MASTER_ADDR or MASTER_PORT not set
+            raise OptionsError(
+                f"WORLD_SIZE={os.environ['WORLD_SIZE']} but torch.distributed cannot start ({e}): "
+                "launch with torchrun, or unset WORLD_SIZE for one process"
+            ) from None
     return DistInfo(dist.get_rank(), dist.get_world_size(), local, device, backend)
 
 

@@ -391,6 +391,17 @@ def read_model_config(path: str) -> ModelShape:
             v = getattr(c, name, None)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ModelConfigError(f"model config {path!r}: {sub}.{name} must be a positive integer, got {v!r}")
+        for name in ("head_dim", "num_key_value_heads", "intermediate_size") if sub == "text_config" else ():
+            v = getattr(c, name, None)  # optional, but 0 was a ZeroDivisionError traceback in the model
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ModelConfigError(f"model config {path!r}: {sub}.{name} must be a positive integer, got {v!r}")
+    tc = cfg.text_config
+    kv = getattr(tc, "num_key_value_heads", None) or tc.num_attention_heads
+    if tc.num_attention_heads % kv:
+        raise ModelConfigError(
+            f"model config {path!r}: text_config.num_attention_heads {tc.num_attention_heads} is not a multiple of "
+            f"num_key_value_heads {kv}"
+        )
     if model_type == "qwen3_vl_moe":
         tc = cfg.text_config
         if not (1 <= tc.num_experts_per_tok <= tc.num_experts):

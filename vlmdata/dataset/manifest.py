@@ -127,6 +127,11 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
+MIN_SAMPLE_BYTES = 1024  # a sample's KEY.json member: a 512-byte header and at least one 512-byte data block
+MAX_SHARD_SAMPLES = 1 << 20  # samples of one shard at most (build --max-count is bounded by it; a 512 MiB shard
+# holds at most 524,288); a manifest claiming 16M made the loader enumerate 16M lost samples for minutes
+
+
 def check_manifest(m, where: str) -> dict:
     """``m`` when it has the structure readers rely on (module docstring), else ManifestError."""
     if not isinstance(m, dict):
@@ -156,6 +161,15 @@ def check_manifest(m, where: str) -> dict:
         for k in ("samples", "bytes"):
             if not _is_int(e.get(k)):
                 raise ManifestError(f"{where}: shard {name}: '{k}' is missing or not a non-negative integer")
+        if e["samples"] > MAX_SHARD_SAMPLES:  # 10**10 made readers expand 10**10 keys or lost samples: a hang
+            raise ManifestError(
+                f"{where}: shard {name}: {e['samples']} samples, more than a shard holds ({MAX_SHARD_SAMPLES})"
+            )
+        if e["samples"] * MIN_SAMPLE_BYTES > e["bytes"]:
+            raise ManifestError(
+                f"{where}: shard {name}: {e['samples']} samples cannot fit in its {e['bytes']} bytes "
+                f"(a sample takes at least {MIN_SAMPLE_BYTES})"
+            )
         if not isinstance(e.get("sha256"), str):
             raise ManifestError(f"{where}: shard {name}: 'sha256' is missing")
         for k in ("first_key", "last_key"):

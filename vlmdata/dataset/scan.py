@@ -16,7 +16,7 @@ from vlmdata import storage
 from vlmdata.dataset.manifest import ManifestError, load_manifest, shard_keys
 from vlmdata.dataset.refs import SampleRef
 from vlmdata.dataset.schema import BadJSON, loads
-from vlmdata.dataset.tar import BadHeader, parse_header
+from vlmdata.dataset.tar import BadHeader, parse_header, pax_path
 
 _ZERO_BLOCK = bytes(512)
 _MAX_PADDING = 20 * 512  # zero bytes a tar writer may leave after the end-of-archive blocks (record padding)
@@ -84,7 +84,11 @@ def _strict_scan(f, size: int, shard_idx: int) -> list[SampleRef]:
                 f.seek(data_at)
                 long_name = f.read(msize).split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
                 continue
-            if typ in (b"x", b"g"):  # pax headers: vlmdata writes none; a pax path is read by the deep scan
+            if typ == b"x":  # a pax header (vlmdata writes none; other tools do for long or non-ASCII names)
+                f.seek(data_at)
+                long_name = pax_path(f.read(msize)) or long_name  # as dataset.tar reads it
+                continue
+            if typ == b"g":
                 continue
             if not _regular(typ):
                 long_name = None
@@ -130,6 +134,10 @@ def _deep_scan(f, size: int, shard_idx: int) -> list[SampleRef]:
         if typ == b"L" and not (past_end or overlaps):
             f.seek(at + 512)
             long_name = f.read(msize).split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            continue
+        if typ == b"x" and not (past_end or overlaps):
+            f.seek(at + 512)
+            long_name = pax_path(f.read(msize)) or long_name
             continue
         if not _regular(typ):
             long_name = None

@@ -138,7 +138,7 @@ def parse_header(hdr: bytes) -> tuple[str, int, bytes]:
     return name.decode("utf-8", "surrogateescape"), size, hdr[156:157]
 
 
-def _pax_path(data: bytes) -> str | None:
+def pax_path(data: bytes) -> str | None:
     """The ``path`` record of a pax extended header, if any."""
     pos = 0
     found = None
@@ -206,7 +206,7 @@ def iter_members(fileobj: SupportsRead[bytes]) -> Iterator[tuple[str, bytes, byt
             long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
             continue
         if typ == b"x":
-            long_name = _pax_path(data) or long_name
+            long_name = pax_path(data) or long_name
             continue
         if typ == b"g":
             continue
@@ -214,14 +214,18 @@ def iter_members(fileobj: SupportsRead[bytes]) -> Iterator[tuple[str, bytes, byt
         long_name = None
 
 
-def iter_raw_samples(fileobj: SupportsRead[bytes]) -> Iterator[RawSample]:
+def iter_raw_samples(fileobj: SupportsRead[bytes], links: list | None = None) -> Iterator[RawSample]:
     """Group consecutive regular-file members by key. A member whose suffix the current sample already has
     starts a new sample with the same key (a duplicated key is two samples, never a silent merge).
-    Raises TarReadError where the archive breaks (``key``: the sample being read then)."""
+    Other members are not sample files; ``links``, when given, collects ``(name, type flag)`` of each that is not
+    a directory (a symbolic or hard link, a device, a FIFO: vlmdata never writes one, and a shard of them read as
+    0 samples, "OK"). Raises TarReadError where the archive breaks (``key``: the sample being read then)."""
     current: RawSample | None = None
     try:
         for name, data, typ in iter_members(fileobj):
             if typ not in (b"0", b"\0", b"7"):
+                if links is not None and typ != b"5":
+                    links.append((name, typ))
                 continue
             key, ext = split_name(name)
             if current is not None and (current.key != key or ext in current.files):

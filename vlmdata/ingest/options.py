@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vlmdata.dataset.images import DEFAULT_MAX_IMAGE_PIXELS
+from vlmdata.dataset.manifest import MAX_SHARD_SAMPLES
 from vlmdata.dataset.schema import conversation_problem, safe_label
 from vlmdata.dataset.shards import Planner
 from vlmdata.errors import OptionsError, VlmdataError
@@ -66,6 +67,8 @@ class ShardSpec:
     def __post_init__(self) -> None:
         check_prefix(self.prefix)
         at_least("max_count", self.max_count, 1, BuildOptionsError)
+        if self.max_count > MAX_SHARD_SAMPLES:  # what a manifest may hold (dataset.manifest.check_manifest)
+            raise BuildOptionsError(f"`max_count` must be at most {MAX_SHARD_SAMPLES}, got {self.max_count}")
         if self.max_size is not None:
             at_least("max_size", self.max_size, MIN_MAX_SIZE, BuildOptionsError)
 
@@ -106,7 +109,10 @@ class BuildOptions:
     def __post_init__(self) -> None:
         for name in ("format", "image_root", "image_column", "text_column"):
             v = getattr(self, name)
-            if v is not None and not isinstance(v, (str, os.PathLike)):
+            if isinstance(v, os.PathLike) and name == "image_root":  # a Path is a path: kept as its text (a
+                v = os.fspath(v)  # PosixPath image_root was a TypeError deep in the build, a column one in JSON)
+                object.__setattr__(self, name, v)
+            if v is not None and not isinstance(v, str):
                 raise BuildOptionsError(f"`{name}` must be a string or None, got {type(v).__name__}")
         for name in ("fsync", "allow_outside_root"):
             if not isinstance(getattr(self, name), bool):

@@ -6,6 +6,9 @@
   (``protected``). ``check_out_dir`` returns what ``overwrite`` will delete; the caller deletes it (``clear``)
   only once the new source has been opened and its first record read.
 - ``lock(folder)``: a ``.vlmdata.lock`` file (``flock``) stops a second writer (build or synth) on the same folder.
+- ``check_staging`` (a remote OUT's local staging folder, which the build empties and removes at the end): never
+  the source, the image root, a folder containing either or one inside either, and an existing one holds only
+  what a build writes there (``--staging my_data`` used to delete ``my_data`` with everything in it).
 - ``resume`` needs an existing folder (``precheck_out``; the interrupted build's state is ``ingest.resume``'s).
 - ``output_error`` turns an OSError of the output (a full disk, a read-only folder) into a ``BuildError`` that
   names the path and says ``resume`` finishes the build once the problem is fixed.
@@ -51,13 +54,13 @@ def _contains(outer: str, inner: str) -> bool:
     return b == a or b.startswith(a.rstrip(os.sep) + os.sep)
 
 
-def _check_not_source(out: str, protected: list[str]) -> None:
+def _check_not_source(out: str, protected: list[str], folder: str = "output folder") -> None:
     for p in protected:
         if p and _contains(out, p):
             what = "the source" if p == protected[0] else "the image root"
             raise BuildError(
-                f"{storage.redact(out)}: is {what} or a folder containing it ({storage.redact(p)}); "
-                "choose another output folder"
+                f"{'staging folder ' if folder != 'output folder' else ''}{storage.redact(out)}: is {what} or a "
+                f"folder containing it ({storage.redact(p)}); choose another {folder}"
             )
 
 
@@ -76,6 +79,33 @@ def _dataset_marker(out: str) -> str | None:
     except (OSError, ValueError, RecursionError, storage.StorageError):
         return None
     return None
+
+
+def check_staging(staging: str, protected: list[str]) -> None:
+    """Before the lock: the staging folder of a remote OUT may be emptied and removed (module docstring)."""
+    _check_not_source(staging, protected, "staging folder")
+    for p in protected:
+        if p and not storage.is_url(p) and os.path.isdir(p) and _contains(p, staging):
+            raise BuildError(f"staging folder {staging}: lies inside the source ({p}); choose another folder")
+    if not os.path.lexists(staging):
+        return
+    if not os.path.isdir(staging):
+        raise BuildError(f"staging folder {staging}: exists and is not a directory")
+    names = os.listdir(staging)
+    foreign = sorted(n for n in names if n != LOCK_NAME and not _OWNED.match(n))
+    finished = MANIFEST_NAME in names and STATE_DIR not in names  # a dataset, not an interrupted build's staging
+    if foreign or finished:
+        raise BuildError(
+            f"staging folder {staging}: "
+            + (
+                f"holds files vlmdata did not write ({safe_label(foreign[0])}"
+                + (", ..." if len(foreign) > 1 else "")
+                + ")"
+                if foreign
+                else "is a vlmdata dataset"
+            )
+            + "; the build empties and removes its staging folder: give a new or empty folder"
+        )
 
 
 def owned_entries(out: str) -> list[str]:

@@ -78,6 +78,8 @@ class DatasetWriter:
     def __enter__(self) -> DatasetWriter:
         created = not self.remote and not os.path.lexists(self.out)
         output.precheck_out(self.out, self.resume, self.protected)
+        if self.staging is not None:
+            output.check_staging(self.staging, self.protected)
         with self._stack as stack:
             stack.enter_context(output.lock(self.out if self.staging is None else self.staging))
             stack.enter_context(output.remove_if_left_empty(self.out if created else None))

@@ -56,6 +56,7 @@ class HFLoadError(VlmdataError, ValueError):
     """``load_hf`` cannot read the dataset as asked (a bad split name, not a dataset)."""
 
 
+MAX_SPLIT_NAME = 128
 SPLIT_RE = re.compile(r"^\w+(\.\w+)*$")  # what ``datasets`` accepts as a split name
 
 
@@ -71,9 +72,10 @@ def load_hf(root: str, split: str = "train"):
     """
     if not isinstance(root, (str, os.PathLike)) or not str(os.fspath(root)).strip():
         raise HFLoadError(f"`root` must be a vlmdata dataset folder, got {root!r}"[:200])
-    if not isinstance(split, str) or not SPLIT_RE.match(split):
-        raise HFLoadError(
-            f"`split` must be a name of letters, digits and '_' (dotted parts allowed), got {split!r}"[:200]
+    if not isinstance(split, str) or not SPLIT_RE.match(split) or len(split) > MAX_SPLIT_NAME:
+        raise HFLoadError(  # a longer name made the cache file's name too long: a DatasetGenerationError
+            f"`split` must be a name of at most {MAX_SPLIT_NAME} letters, digits and '_' (dotted parts allowed), "
+            f"got {split!r}"[:200]
         )
     import datasets
 

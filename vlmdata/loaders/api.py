@@ -12,7 +12,6 @@ See docs/loaders.md for the guarantees.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -27,6 +26,7 @@ from vlmdata.loaders.options import LoaderOptions
 from vlmdata.loaders.pipeline import Plan
 from vlmdata.loaders.process import PROCESSOR_MODES, SampleProcessor, without_images
 from vlmdata.loaders.stream import BatchStream
+from vlmdata.options_util import env_int
 from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
 from vlmdata.qwen.tokenize import ChatTokenizer, TokenizerArgumentError
 
@@ -34,7 +34,7 @@ from vlmdata.qwen.tokenize import ChatTokenizer, TokenizerArgumentError
 def _dist_rank_world() -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    return env_int("RANK", 0), env_int("WORLD_SIZE", 1, low=1)
 
 
 def _rank_world(o: LoaderOptions) -> tuple[int, int]:

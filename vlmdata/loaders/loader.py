@@ -117,9 +117,10 @@ class VlmLoader:
             epoch = int(state["epoch"])
             if epoch < 0:
                 raise ValueError(epoch)
-            progress = {epoch: _Progress(Consumed.from_json(state["consumed"]), [0] * self._workers())}
+            n = self._rank_size()
+            progress = {epoch: _Progress(_consumed_within(state["consumed"], n), [0] * self._workers())}
             for e, c in (state.get("ahead") or {}).items():
-                progress[int(e)] = _Progress(Consumed.from_json(c), [0] * self._workers())
+                progress[int(e)] = _Progress(_consumed_within(c, n), [0] * self._workers())
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as e:
             raise LoaderStateError(f"`state` holds a malformed position ({type(e).__name__}: {e})"[:200]) from None
         self.epoch, self._progress = epoch, progress
@@ -189,3 +190,12 @@ class VlmLoader:
     def epoch_samples(self) -> int:
         """References this rank's plan holds per epoch (good and bad)."""
         return self._rank_size()
+
+
+def _consumed_within(d, n: int) -> Consumed:
+    """``Consumed.from_json(d)`` when every position lies in this rank's ``n`` samples (ValueError otherwise: a
+    prefix of 10**18 or extra positions past the end resumed as a finished epoch, yielding nothing, silently)."""
+    positions = [int(d["prefix"]), *(int(x) for x in d.get("extra", []))]
+    if not 0 <= positions[0] <= n or any(not 0 <= x < n for x in positions[1:]):
+        raise ValueError(f"a position outside this loader's {n} samples per epoch")
+    return Consumed.from_json(d)

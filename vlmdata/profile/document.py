@@ -28,6 +28,21 @@ from vlmdata.qwen.spec import get_spec
 PROFILE_SCHEMA = "vlmdata.profile/1"
 SAMPLE_COLUMNS = ("n_images", "prompt_tokens", "answer_tokens", "turns", "visual_tokens", "first_image")
 IMAGE_COLUMNS = ("width", "height", "format", "mode", "bytes", "quality", "subsampling", "progressive", "visual_tokens")
+# what one sample row may ask for (a profile is a file from outside: a row of 10**8 answer tokens or 10**6 images
+# made `vlmdata synth` run out of memory); every cell is checked by ``validate_profile``
+MAX_ROW_TOKENS = 1 << 16  # prompt or answer tokens of one sample (the text generator's reach)
+MAX_ROW_IMAGES = 1024  # images of one sample
+# column -> (lowest, highest) of its integer cells; the other columns are strings (format, mode, subsampling,
+# each may be null but format), a bool (progressive) or an integer quality 0-100 or null
+_INT_SAMPLE = {
+    "n_images": (0, MAX_ROW_IMAGES),
+    "prompt_tokens": (0, MAX_ROW_TOKENS),
+    "answer_tokens": (0, MAX_ROW_TOKENS),
+    "turns": (0, MAX_ROW_TOKENS),
+    "visual_tokens": (0, 1 << 40),
+    "first_image": (0, 1 << 40),
+}
+_INT_IMAGE = {"width": (1, 1 << 31), "height": (1, 1 << 31), "bytes": (1, 1 << 40), "visual_tokens": (0, 1 << 40)}
 
 
 class ProfileError(VlmdataError):
@@ -102,6 +117,7 @@ def validate_profile(p, where: str = "profile") -> dict:
         for k in IMAGE_COLUMNS:
             if len(im[k]) != m:
                 raise ProfileError(f"{where}: image column {k!r} has {len(im[k])} rows, expected {m}")
+        _check_cells(where, s, im)
         if sum(s["n_images"]) != m or (n and s["first_image"][-1] + s["n_images"][-1] != m):
             raise ProfileError(f"{where}: sample rows do not add up to the {m} image rows")
         model = p["model"]
@@ -114,6 +130,40 @@ def validate_profile(p, where: str = "profile") -> dict:
     except ValueError as e:
         raise ProfileError(f"{where}: {e}") from None
     return p
+
+
+def _int_cell(v, low: int, high: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+
+
+def _check_cells(where: str, s: dict, im: dict) -> None:
+    """Every cell of the rows is of its column's type and range, and each sample's ``first_image`` is the running
+    sum of ``n_images`` (a lying profile was an IndexError, a TypeError or a NaN in `vlmdata compare`)."""
+
+    def bad(col: str, i: int, v, want: str):
+        raise ProfileError(f"{where}: rows.{col}[{i}] is {str(v)[:40]}, expected {want}")
+
+    for table, ranges in (("samples", _INT_SAMPLE), ("images", _INT_IMAGE)):
+        cols = s if table == "samples" else im
+        for k, (low, high) in ranges.items():
+            for i, v in enumerate(cols[k]):
+                if not _int_cell(v, low, high):
+                    bad(f"{table}.{k}", i, v, f"an integer from {low} to {high:,}")
+    first = 0
+    for i, (a, c) in enumerate(zip(s["first_image"], s["n_images"])):
+        if a != first:
+            bad("samples.first_image", i, a, f"{first} (the images of the rows before it)")
+        first += c
+    for k, nullable in (("format", False), ("mode", True), ("subsampling", True)):
+        for i, v in enumerate(im[k]):
+            if not (isinstance(v, str) and 0 < len(v) <= 32) and not (nullable and v is None):
+                bad(f"images.{k}", i, v, "a short text" + (" or null" if nullable else ""))
+    for i, v in enumerate(im["progressive"]):
+        if not isinstance(v, bool) and v is not None:
+            bad("images.progressive", i, v, "true, false or null")
+    for i, v in enumerate(im["quality"]):
+        if v is not None and not _int_cell(v, 0, 100):
+            bad("images.quality", i, v, "an integer from 0 to 100 or null")
 
 
 def load_profile(path: str) -> dict:

@@ -18,6 +18,9 @@ DEFAULT_DECODE_IMAGES = 1000
 MODELS = tuple(SPECS)
 
 
+MAX_DECODE_REPEATS = 100  # decodes per timed image (the fastest is kept: a few suffice)
+
+
 @dataclass(frozen=True)
 class ProfileOptions:
     """The settings of one profile (checked when made: ``ProfileError`` names the first bad parameter)."""
@@ -57,3 +60,7 @@ class ProfileOptions:
             raise ProfileError(f"`cap` must be positive, got {self.cap}")
         if self.decode_images < 0 or self.decode_repeats <= 0:
             raise ProfileError("`decode_images` must be >= 0 and `decode_repeats` > 0")
+        if self.decode_repeats > MAX_DECODE_REPEATS:  # 10**8 timed 10**11 decodes
+            raise ProfileError(f"`decode_repeats` must be at most {MAX_DECODE_REPEATS}, got {self.decode_repeats}")
+        if self.seed < 0:  # numpy's seed: "expected non-negative integer", a traceback
+            raise ProfileError(f"`seed` must be >= 0, got {self.seed}")

@@ -132,6 +132,9 @@ def check_writable(path: str, folder: bool = False, what: str = "output") -> Non
         raise NotWritable(f"{what} {path} is a file, not a folder")
     if not folder and os.path.isdir(path):
         raise NotWritable(f"{what} {path} is a folder, not a file")
+    name = os.path.basename(path.rstrip(os.sep))
+    if not folder and len(os.fsencode(name)) > 255:  # NAME_MAX: the probe in its folder would pass, the write fail
+        raise NotWritable(f"{what} {path[:200]}...: cannot write there (File name too long)")
     try:
         os.makedirs(where, exist_ok=True)
         probe = os.path.join(where, f".vlmdata-write-probe-{os.getpid()}")

@@ -22,6 +22,7 @@ from PIL import Image
 from vlmdata.dataset.images import DEFAULT_MAX_IMAGE_PIXELS, MAX_ASPECT_RATIO
 from vlmdata.dataset.schema import ImageInfo, Sample
 from vlmdata.errors import OptionsError
+from vlmdata.profile.document import MAX_ROW_IMAGES
 from vlmdata.sources.text import DEFAULT_PROMPT
 
 # Verbatim from megatron/bridge/data/builders/mock_vlm_sft.py (_MOCK_RESPONSE_VOCABULARY): 110 words.
@@ -82,6 +83,8 @@ class BridgeNoise:
         check_image_size(image_size)
         if num_images < 0:
             raise OptionsError(f"`num_images` must be >= 0, got {num_images}")
+        if num_images > MAX_ROW_IMAGES:  # 10**6 ran out of memory
+            raise OptionsError(f"`num_images` must be at most {MAX_ROW_IMAGES}, got {num_images}")
         if num_base_examples <= 0:
             raise OptionsError(f"`num_base_examples` must be > 0, got {num_base_examples}")
         if not prompt:

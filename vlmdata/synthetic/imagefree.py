@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from vlmdata.dataset.schema import Sample
 from vlmdata.errors import OptionsError
-from vlmdata.profile.document import load_profile, profile_sha256, sample_rows, validate_profile
+from vlmdata.profile.document import MAX_ROW_TOKENS, load_profile, profile_sha256, sample_rows, validate_profile
 from vlmdata.profile.tokens import get_tokenizer, tokenizer_for_profile
 from vlmdata.synthetic.generate import RowPicker, conversation, mix
 from vlmdata.synthetic.mocks import IMAGEFREE_ANSWER_TOKENS, IMAGEFREE_PROMPT_TOKENS
@@ -36,6 +36,9 @@ class ImageFree:
             raise OptionsError(f"`prompt_tokens` must be >= 0, got {prompt_tokens}")
         if answer_tokens < 1:
             raise OptionsError(f"`answer_tokens` must be >= 1, got {answer_tokens}")
+        for name, n in (("prompt_tokens", prompt_tokens), ("answer_tokens", answer_tokens)):
+            if n > MAX_ROW_TOKENS:  # 10**8 ran out of memory
+                raise OptionsError(f"`{name}` must be at most {MAX_ROW_TOKENS}, got {n}")
         self.seed = int(seed)
         self.profile_sha = None
         if profile is not None:

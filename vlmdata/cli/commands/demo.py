@@ -1,4 +1,7 @@
-"""vlmdata demo: build + validate + inspect a sample dataset made from offline photos."""
+"""vlmdata demo: build + validate + inspect a sample dataset made from offline photos.
+
+``-o OUT`` follows ``vlmdata build -o``'s rules: a non-empty OUT is refused unless ``--overwrite`` (the demo used to
+pass ``--overwrite`` itself, so ``demo -o my_dataset`` silently replaced a user's dataset with the demo's)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ def add_parser(sub):
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-o", "--out", help="dataset folder (default: a temporary folder)")
+    p.add_argument("--overwrite", action="store_true", help="replace the vlmdata dataset in OUT (as build --overwrite)")
     p.add_argument(
         "--workers", type=positive_int, default=os.cpu_count() or 1, help="build worker processes (default: all cores)"
     )
@@ -53,7 +57,11 @@ def run(args) -> int:
         for mod in (build_cmd, validate_cmd, inspect_cmd):
             mod.add_parser(sub).add_argument("-q", "--quiet", action="store_true")
         steps = [
-            (build_cmd, ["build", src, "-o", dest, "--overwrite", "--max-count", "16", "--workers", str(args.workers)]),
+            (
+                build_cmd,
+                ["build", src, "-o", dest, "--max-count", "16", "--workers", str(args.workers)]
+                + (["--overwrite"] if args.overwrite else []),
+            ),
             (validate_cmd, ["validate", dest]),
             (inspect_cmd, ["inspect", dest]),
         ]

@@ -9,6 +9,7 @@ from vlmdata import storage
 from vlmdata.cli.console import EXIT_FAIL, EXIT_OK, UserError, err, human_bytes, out, print_json
 from vlmdata.dataset.inspect import summarize
 from vlmdata.dataset.manifest import ManifestError
+from vlmdata.dataset.schema import safe_label
 
 
 def add_parser(sub):
@@ -57,11 +58,12 @@ def _run(args) -> int:
     t.add_row("formats", ", ".join(f"{k}: {v}" for k, v in s["formats"].items()))
     a = s["accounting"]
     t.add_row("inputs seen / written / skipped", f"{a['seen']} / {a['written']} / {a['skipped']}")
-    for reason, n in a.get("skipped_by_reason", {}).items():
-        t.add_row(f"  skipped: {reason}", str(n))
+    for reason, n in a.get("skipped_by_reason", {}).items():  # the manifest's text: no markup, no escapes
+        t.add_row(f"  skipped: {escape(safe_label(reason, 80))}", escape(safe_label(n, 40)))
     out.print(t)  # the summary: printed even with -q
     for sk in s["skipped_samples"][:20]:
-        out.print(f"  {sk.get('input')}: {sk.get('reason')}: {sk.get('detail')}", markup=False, soft_wrap=True)
+        line = ": ".join(safe_label(sk.get(k)) for k in ("input", "reason", "detail"))  # a terminal escape in a
+        out.print(f"  {line}", markup=False, soft_wrap=True)  # manifest (ESC[2J) reached the terminal as is
     if s["problems"]:
         err.print(
             f"{len(s['problems'])} problem(s) reading the dataset: run `vlmdata validate` for the full check",

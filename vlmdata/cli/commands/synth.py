@@ -170,6 +170,8 @@ def run(args) -> int:
         raise UserError(f"-n must be a positive number of samples, got {args.samples}")
     if args.workers < 1:
         raise UserError(f"--workers must be >= 1, got {args.workers}")
+    if args.seed < 0:  # numpy's seed would say "expected non-negative integer", naming nothing
+        raise UserError(f"--seed must be >= 0, got {args.seed}")
     if args.max_count < 1:
         raise UserError("--max-count must be at least 1")
     if args.address and args.engine != "ray":
