@@ -11,6 +11,7 @@ from PIL import Image
 
 import vlmdata
 from vlmdata import BuildOptions, LoaderOptions, VlmdataError
+from vlmdata.loaders.loader import VlmLoader
 from vlmdata.loaders.options import names as loader_option_names
 
 HOSTILE = [
@@ -52,7 +53,7 @@ def attempt(fn, *args, **kwargs):
     logging.disable(logging.WARNING)
     try:
         out = fn(*args, **kwargs)
-        if isinstance(out, vlmdata.loaders.api.VlmLoader):
+        if isinstance(out, VlmLoader):
             next(iter(out), None)
         return out
     except VlmdataError:
