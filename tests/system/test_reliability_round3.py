@@ -304,3 +304,52 @@ def test_a_loader_state_past_the_epoch_is_refused(consumed):
     state = {**loader.state_dict(), "consumed": consumed}
     with pytest.raises(LoaderStateError, match="outside"):  # resumed as a finished epoch: nothing yielded, silently
         loader.load_state_dict(state)
+
+
+# ----------------------------------------------------------------------------- options that do not apply
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--mock", "imagefree", "--image-size", "64x64"], "--image-size does not apply to --mock imagefree"),
+        (["--mock", "bridge-noise", "--answer-tokens", "5"], "--answer-tokens does not apply to --mock bridge-noise"),
+        (["--mock", "bridge-noise", "--variants", "3"], "--variants does not apply to --mock bridge-noise"),
+        (["--mock", "bridge-noise", "--image-size", "13000x13000"], "would hold 472.2 GiB of pixels in memory"),
+    ],
+)
+def test_synth_refuses_what_its_source_does_not_take(argv, said, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["synth", *argv, "-n", "2", "-o", str(out), "-q"]) == 2
+    assert said in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_synth_profile_refuses_a_mock_flag(small_profile, tmp_path, capsys):
+    assert (
+        main(["synth", "--profile", small_profile, "--num-images", "3", "-n", "2", "-o", str(tmp_path / "o"), "-q"])
+        == 2
+    )
+    assert "--num-images does not apply to a profile's twin" in capsys.readouterr().err
+
+
+def test_bridge_noise_base_examples_are_bounded_in_the_api():
+    from vlmdata.errors import OptionsError
+    from vlmdata.synthetic.bridge_noise import BridgeNoise
+
+    with pytest.raises(OptionsError, match="at most 16 GiB"):
+        BridgeNoise(0, image_size=(13000, 13000))
+    assert BridgeNoise(0, image_size=(64, 64), num_images=2).sample(0).images  # a small one is made
+
+
+def test_build_staging_with_a_local_out_is_refused(tmp_path, capsys):
+    from PIL import Image
+
+    src = tmp_path / "src"
+    src.mkdir()
+    Image.new("RGB", (64, 48), (30, 60, 90)).save(src / "img0.jpg")
+    (src / "img0.txt").write_text("a caption")
+    staging = tmp_path / "stage"
+    assert main(["build", str(src), "-o", str(tmp_path / "out"), "--staging", str(staging), "-q"]) == 2
+    assert "--staging applies to a remote" in capsys.readouterr().err
+    assert not staging.exists() and not (tmp_path / "out").exists()

@@ -42,6 +42,7 @@ BRIDGE_VOCABULARY = tuple(
 # Bridge's mock prompt, "Describe this image.": vlmdata's caption-only prompt is the same words by design (one definition)
 BRIDGE_PROMPT = DEFAULT_PROMPT
 BRIDGE_IMAGE_SIZE = (256, 256)  # (width, height) as Bridge's config.image_size is unpacked
+MAX_BASE_BYTES = 16 << 30  # the base examples' pixels held in memory (Bridge's default: 1000 x 256x256: 0.18 GiB)
 BRIDGE_NUM_BASE_EXAMPLES = 1000
 
 
@@ -87,6 +88,13 @@ class BridgeNoise:
             raise OptionsError(f"`num_images` must be at most {MAX_ROW_IMAGES}, got {num_images}")
         if num_base_examples <= 0:
             raise OptionsError(f"`num_base_examples` must be > 0, got {num_base_examples}")
+        held = int(num_base_examples) * int(num_images) * image_size[0] * image_size[1] * 3
+        if held > MAX_BASE_BYTES:  # Bridge keeps its base examples in memory, and so does this mock
+            raise OptionsError(
+                f"`num_base_examples` x `num_images` x `image_size` = {num_base_examples} x {num_images} x "
+                f"{image_size[0]}x{image_size[1]}: the base examples would hold {held / 2**30:.1f} GiB of pixels "
+                f"in memory (at most {MAX_BASE_BYTES >> 30} GiB); lower one of them"
+            )
         if not prompt:
             raise OptionsError("`prompt` must be a non-empty text")
         self.seed, self.image_size, self.num_images = int(seed), tuple(image_size), int(num_images)

@@ -125,6 +125,26 @@ FLAG_OPTIONS = {
     "prompt_tokens": lambda a: a.prompt_tokens,
     "answer_tokens": lambda a: a.answer_tokens,
 }
+FLAG_DEFAULTS = {  # each mock flag's value when not given (a flag at another value was given)
+    "image_size": "x".join(map(str, BRIDGE_IMAGE_SIZE)),
+    "num_images": 1,
+    "num_base_examples": BRIDGE_NUM_BASE_EXAMPLES,
+    "prompt_tokens": IMAGEFREE_PROMPT_TOKENS,
+    "answer_tokens": IMAGEFREE_ANSWER_TOKENS,
+}
+
+
+def _refuse_unused(args, mock) -> None:
+    """A flag that the chosen source does not take is an error, not silently ignored."""
+    for k, default in FLAG_DEFAULTS.items():
+        if getattr(args, k) == default or (mock is not None and k in mock.params and not args.profile):
+            continue
+        takers = ", ".join(m.name for m in MOCKS.entries() if _writable(m) and k in m.params)
+        what = f"--mock {mock.name}" if mock is not None else "a profile's twin"
+        what += " with --profile" if mock is not None and args.profile else ""
+        raise UserError(f"--{k.replace('_', '-')} does not apply to {what}: it is an option of --mock {takers}")
+    if mock is not None and args.variants:
+        raise UserError(f"--variants does not apply to --mock {mock.name}: it is an option of --profile twins")
 
 
 def make_source(args):
@@ -137,6 +157,7 @@ def make_source(args):
         raise UserError(
             f"give --profile PROFILE (a profile's synthetic twin) or --mock {'|'.join(MOCKS.names(_writable))}"
         )
+    _refuse_unused(args, MOCKS[args.mock] if args.mock is not None else None)
     if args.mock is not None:
         return _mock_source(args, threads)
     if args.variants < 0:
