@@ -123,7 +123,9 @@ def build(
     """
     _check_types(source, out, opts, progress, {"resume": resume, "overwrite": overwrite, "energon": energon})
     if staging is not None and not storage.is_url(out):  # it would be ignored: say so rather than pretend
-        raise BuildError(f"`staging` applies to a remote `out` (s3://..., gs://...); {storage.redact(str(out))!r} is local")
+        raise BuildError(
+            f"`staging` applies to a remote `out` (s3://..., gs://...); {storage.redact(str(out))!r} is local"
+        )
     run = _Run(
         source=_path(source),
         out=_path(out),
