@@ -207,6 +207,18 @@ def check_dimensions(w: int, h: int, max_image_pixels: int = DEFAULT_MAX_IMAGE_P
         )
 
 
+def require_storable(w: int, h: int, what: str) -> None:
+    """``OptionsError`` unless a ``w`` x ``h`` image passes rules 2 and 3 at the default pixel limit (the images
+    a generator is asked to make: ``what`` names them in the message)."""
+    try:
+        check_dimensions(w, h)
+    except ImageProblem:
+        raise OptionsError(
+            f"{what} {w}x{h}: at most {DEFAULT_MAX_IMAGE_PIXELS:,} pixels and an aspect ratio of "
+            f"{MAX_ASPECT_RATIO} (the image validity rule of vlmdata build)"
+        ) from None
+
+
 def check_image(data: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, verify: str = "header") -> ImageCheck:
     """Apply the validity rule (module docstring) at level ``verify``.
 

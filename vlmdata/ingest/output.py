@@ -94,18 +94,16 @@ def check_staging(staging: str, protected: list[str]) -> None:
     names = os.listdir(staging)
     foreign = sorted(n for n in names if n != LOCK_NAME and not _OWNED.match(n))
     finished = MANIFEST_NAME in names and STATE_DIR not in names  # a dataset, not an interrupted build's staging
-    if foreign or finished:
-        raise BuildError(
-            f"staging folder {staging}: "
-            + (
-                f"holds files vlmdata did not write ({safe_label(foreign[0])}"
-                + (", ..." if len(foreign) > 1 else "")
-                + ")"
-                if foreign
-                else "is a vlmdata dataset"
-            )
-            + "; the build empties and removes its staging folder: give a new or empty folder"
-        )
+    if foreign:
+        more = ", ..." if len(foreign) > 1 else ""
+        problem = f"holds files vlmdata did not write ({safe_label(foreign[0])}{more})"
+    elif finished:
+        problem = "is a vlmdata dataset"
+    else:
+        return
+    raise BuildError(
+        f"staging folder {staging}: {problem}; the build empties and removes its staging folder: give a new or empty folder"
+    )
 
 
 def owned_entries(out: str) -> list[str]:

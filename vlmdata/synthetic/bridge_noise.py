@@ -19,7 +19,7 @@ import threading
 import numpy as np
 from PIL import Image
 
-from vlmdata.dataset.images import DEFAULT_MAX_IMAGE_PIXELS, MAX_ASPECT_RATIO
+from vlmdata.dataset.images import require_storable
 from vlmdata.dataset.schema import ImageInfo, Sample
 from vlmdata.errors import OptionsError
 from vlmdata.profile.document import MAX_ROW_IMAGES
@@ -48,15 +48,10 @@ BRIDGE_NUM_BASE_EXAMPLES = 1000
 
 def check_image_size(image_size) -> None:
     """OptionsError unless ``image_size`` is (width, height) of an image vlmdata would store (at most
-    ``DEFAULT_MAX_IMAGE_PIXELS`` pixels and an aspect ratio of ``MAX_ASPECT_RATIO``: the build's validity rule)."""
+    ``dataset.images.DEFAULT_MAX_IMAGE_PIXELS`` pixels and an aspect ratio of ``MAX_ASPECT_RATIO``: the build's rule)."""
     if len(image_size) != 2 or min(image_size) <= 0:
         raise OptionsError(f"`image_size` must be two positive dimensions (width, height), got {image_size!r}")
-    w, h = image_size
-    if w * h > DEFAULT_MAX_IMAGE_PIXELS or max(w, h) / min(w, h) > MAX_ASPECT_RATIO:
-        raise OptionsError(
-            f"`image_size` {w}x{h}: at most {DEFAULT_MAX_IMAGE_PIXELS:,} pixels and an aspect ratio of "
-            f"{MAX_ASPECT_RATIO} (the image validity rule of vlmdata build)"
-        )
+    require_storable(image_size[0], image_size[1], "`image_size`")
 
 
 def encode_noise_png(img: Image.Image) -> bytes:

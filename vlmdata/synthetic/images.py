@@ -30,7 +30,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from vlmdata.dataset.images import DEFAULT_MAX_IMAGE_PIXELS, MAX_ASPECT_RATIO
+from vlmdata.dataset.images import require_storable
 from vlmdata.errors import OptionsError
 from vlmdata.sources.base import MAX_IMAGE_BYTES
 from vlmdata.synthetic import pixels
@@ -58,12 +58,7 @@ class ImageSpec:
     def __post_init__(self):
         if self.width < 1 or self.height < 1 or self.target_bytes < 1:
             raise OptionsError(f"`width`, `height` and `target_bytes` must be >= 1: bad synthetic image spec {self}")
-        w, h = self.width, self.height  # the build's validity rule: a twin image is one vlmdata would store
-        if w * h > DEFAULT_MAX_IMAGE_PIXELS or max(w, h) / min(w, h) > MAX_ASPECT_RATIO:
-            raise OptionsError(
-                f"synthetic image {w}x{h}: at most {DEFAULT_MAX_IMAGE_PIXELS:,} pixels and an aspect ratio of "
-                f"{MAX_ASPECT_RATIO} (the image validity rule of vlmdata build)"
-            )
+        require_storable(self.width, self.height, "synthetic image")  # a twin image is one vlmdata would store
         if self.target_bytes > MAX_IMAGE_BYTES:
             raise OptionsError(f"synthetic image of {self.target_bytes:,} bytes: at most {MAX_IMAGE_BYTES:,}")
         if self.fmt.upper() not in ("JPEG", "PNG"):
