@@ -4,6 +4,9 @@
 
 For every pair: each source's mean step time (whole, composed slice, their ratio), the decoder stages, and
 the mock/real samples/s ratio of both; the goal is each source's time within 5% and every ratio within 3%.
+Also each pair's *noise floor*: the vision tower's forward and backward on real batches, work that whole and
+slice share exactly, so any difference there is the machine's from one process to the next, not the composition
+(bench/compose_check.py runs both in one process instead).
 """
 
 from __future__ import annotations
@@ -40,6 +43,14 @@ def main() -> None:
                 f"{m}/real {rates[m][0] / rates['real'][0]:.3f} / {rates[m][1] / rates['real'][1]:.3f}" for m in mocks
             )
             print(f"{os.path.basename(whole_dir)[:-6]}: " + "; ".join(cells) + f"; {ratio} (whole / slice)")
+            if "real" in w["sources"]:
+                a, b = (x["sources"]["real"]["summary"]["stages_ms"] for x in (w, s))
+                floor = [
+                    f"{st} {a.get(st, 0):.0f} / {b.get(st, 0):.0f} ms ({b.get(st, 0) / a[st] - 1:+.1%})"
+                    for st in ("vision", "backward_vision")
+                    if a.get(st)
+                ]
+                print("  noise floor (same work in both), real " + "; ".join(floor))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,13 @@
 # STAGE: kernels (bench/kernels.py: attention before/after, stage TFLOP/s, profile, new-shape costs)
 #        smoke   (a 2-step default audit and a 2-step Qwen3-VL-30B-A3B slice audit, imagefree vs real)
 #        audit-ORDER-N   (the default GPU audit, ORDER fwd|rev, repeat N)
-#        a3b-ORDER-N     (the Qwen3-VL-30B-A3B SFT recipe from its Bridge config: 4-layer slice, EP 8)
-#        compose-ORDER-N (the h200 preset whole vs a 4-layer slice, sources imagefree,real)
+#        a3b-ORDER-N     (the Qwen3-VL-30B-A3B SFT recipe from its Bridge config: the default slice of its 3
+#                         DeepStack + 2 plain layers at 16 experts each (EP 8), composed to 48 layers)
+#        compose-ORDER-N (the h200 preset whole vs a 4-layer slice, sources imagefree,real: two audit processes)
+#        check   (bench/compose_check.py: whole vs 4-layer slice in ONE process, same batches, interleaved rounds;
+#                 the validation to use: between two processes the shared vision stage alone moved up to 11%)
+# Every audit here measures --steps N with the sources alternating every global step (rounds of 1); before
+# 2026-12-02 --steps N made one block of N steps per source (docs/RESULTS.md says what that did).
 # Reports land in OUTDIR/<stage>/ (markdown + json); a tarball of them at the end.
 set -uo pipefail
 OUTDIR=$1; shift
@@ -27,12 +32,14 @@ for stage in "$@"; do
   IFS=- read -r kind order rep <<< "$stage"
   src=$FWD; [ "${order:-fwd}" = rev ] && src=$REV
   case $kind in
+    check) timeout 400 python3 bench/compose_check.py --device cuda --slice-layers 4 --rounds "${CHECK_ROUNDS:-8}" \
+             --sources "${CHECK_SOURCES:-imagefree,real}" --out "$OUTDIR/compose-check" 2>&1 | tail -20 ;;
     kernels) timeout 400 python3 bench/kernels.py --preset h200 --micro 16 --rounds 3 --profile --out "$OUTDIR/kernels" 2>&1 | tail -60 ;;
     smoke)
       run smoke-default 200 --steps 2 --sources imagefree,real
       run smoke-a3b 200 --bridge-config $A3B --steps 2 --sources imagefree,real ;;
-    audit) run "$stage" 150 --sources "$src" --max-steps "${AUDIT_STEPS:-6}" ;;
-    a3b) run "$stage" 150 --bridge-config $A3B --sources "$src" --max-steps "${A3B_STEPS:-6}" ;;
+    audit) run "$stage" 200 --sources "$src" --steps "${AUDIT_STEPS:-6}" ;;
+    a3b) run "$stage" 150 --bridge-config $A3B --sources "$src" --steps "${A3B_STEPS:-6}" ;;
     compose)
       pair=imagefree,real; [ "${order:-fwd}" = rev ] && pair=real,imagefree
       run "$stage-whole" 120 --sources $pair --steps "${COMPOSE_STEPS:-6}"

@@ -91,3 +91,25 @@ def test_plan_from_the_run_and_the_measured_model():
     assert (comp.decoder_scale, comp.ep, comp.top_k, comp.moe_layers) == (48 / 5, 8, 8, 48)
     dense = plan(RunSpec(), preset_shape("tiny"), {**summary, "slice": {"layers": 2}})
     assert dense.ep == 1 and dense.a2a_ms(4096) == 0.0
+
+
+def test_the_report_says_how_the_decoder_was_composed():
+    """The report's composition table names the rule the records used (plain layers at their measured cost, or
+    the fallback that scales a slice without plain layers), not a formula of an earlier version."""
+    from vlmdata.audit.run_tables import composition_rows
+
+    comp = Composition(layers_full=12, layers_measured=4, optimizer_scale=1.0)
+    plain = compose_record(fake_step(4, 3), comp)
+    scaled = compose_record(fake_step(3, 3), comp)  # no plain layer in the slice
+
+    def decoder_row(*records):
+        report = {"composition": comp.describe(), "sources": {"real": {"records": list(records)}}}
+        rows = composition_rows(report)
+        assert rows is not None
+        return dict(rows[1])["decoder layers"], dict(rows[1])["formula"]
+
+    row, formula = decoder_row(plain)
+    assert row == "4 measured, + 8 plain layers at the slice's measured plain-layer cost, to 12"
+    assert formula.startswith("step = measured + (L - k) x (forward + backward of one plain decoder layer")
+    assert decoder_row(scaled)[0] == "4 measured, x 3.00 to 12"
+    assert decoder_row(plain, scaled)[0].startswith("4 measured, x 3.00 to 12 where a step had no plain-layer")

@@ -92,7 +92,9 @@ class Composition:
             "decoder_scale": self.decoder_scale,
             "identity": self.identity,
             "dp_grad_reduce_ms": self.dp_grad_reduce_ms(),
-            "formula": "step = measured + (L/k - 1)(lm_forward + backward_decoder) + optimizer (shard/measured - 1) "
+            "formula": "step = measured + (L - k) x (forward + backward of one plain decoder layer, the mean over the "
+            "slice's layers without DeepStack; a slice with none: (L/k - 1)(lm_forward + backward_decoder)) "
+            "+ optimizer (shard/measured - 1) "
             "+ ep_all_to_all (modelled: n_a2a * MoE layers * (T k h 2 (EP-1)/EP / link + latency))",
         }
 

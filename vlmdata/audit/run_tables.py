@@ -97,8 +97,16 @@ def composition_rows(report: dict) -> tuple[list[str], list[list[str]]] | None:
     c = report.get("composition")
     if not c or c.get("identity"):
         return None
+    k, full = c["layers_measured"], c["layers_full"]
+    modes = {r.get("composed_decoder") for s in (report.get("sources") or {}).values() for r in s.get("records") or []}
+    if modes == {"plain layers"}:
+        decoder = f"{k} measured, + {full - k} plain layers at the slice's measured plain-layer cost, to {full}"
+    else:  # a slice without plain layers scales its whole decoder (or sources differ: say both)
+        decoder = f"{k} measured, x {c['decoder_scale']:.2f} to {full}"
+        if "plain layers" in modes:
+            decoder += " where a step had no plain-layer times, else + plain layers at their measured cost"
     rows = [
-        ["decoder layers", f"{c['layers_measured']} measured, x {c['decoder_scale']:.2f} to {c['layers_full']}"],
+        ["decoder layers", decoder],
         ["optimizer", f"x {c['optimizer_scale']:.3f} (this GPU's shard of the trainable parameters)"],
         [
             "expert-parallel all-to-all (modelled)",

@@ -84,7 +84,7 @@ HELP = {  # the audit's flags (dest -> help); every default quoted comes from th
     "link_gbps": f"per-GPU all-to-all bandwidth in GB/s for the modelled expert-parallel term (default {A.link_gbps:g})",
     "seq_length": f"the run's seq_length (default {CPU['seq_length']} CPU / {GPU['seq_length']} CUDA)",
     "micro_batch_size": f"samples per micro-batch and rank (default {CPU['micro_batch_size']})",
-    "steps": "measure exactly this many global steps per source (sets --min-steps and --max-steps)",
+    "steps": "measure exactly this many global steps per source (sets --min-steps and --max-steps; the sources still alternate in rounds of --block steps)",
     "min_steps": "steps per source before stopping may be considered (default: one epoch of the real data, at most --max-steps)",
     "max_steps": f"global steps per source at most (default {CPU['max_steps']} CPU / {GPU['max_steps']} CUDA)",
     "budget_s": f"stop measuring after this many seconds once --min-steps are done, at a round's end (default {CPU['budget_s']:.0f} CPU / {GPU['budget_s']:.0f} CUDA)",
@@ -198,8 +198,9 @@ def config_from(args) -> AuditConfig:
         given["seq_policy"] = "max" if args.pad_to_max_length else args.seq_policy
     min_steps, max_steps, block = args.min_steps, args.max_steps, args.block
     if args.steps is not None:
-        min_steps = max_steps = args.steps
-        block = min(block or args.steps, args.steps)
+        min_steps = max_steps = args.steps  # the rounds stay interleaved: --block (default 1) is not touched
+        if block is not None:
+            block = min(block, args.steps)
     elif min_steps is not None and max_steps is not None and max_steps < min_steps:
         max_steps = min_steps
     steps = {"min_steps": min_steps, "max_steps": max_steps, "block": block}

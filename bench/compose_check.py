@@ -1,0 +1,235 @@
+"""The slice composition's validation in one process: the whole model against its first k decoder layers, on the
+same weights and the same batches, interleaved (issue 19, item 3).
+
+    python bench/compose_check.py --device cuda --preset h200 --slice-layers 4 --rounds 8 --out OUT
+
+Why one process: two audits (whole, then ``--slice-layers k``) are two processes minutes apart, and on the lent
+H200 the same stage of identical work (the vision tower, which whole and slice share) moved by up to 11% from one
+audit process to the next, the launch-bound image-free decoder by up to 38%: more than the 5% the validation
+must resolve. Here both run in one process, on one model:
+
+- the model is the run's reference model, built whole (``runner.reference_workload``); a *slice step* runs the
+  same model with ``language_model.layers`` cut to its first k layers (the DeepStack layers come first, so the
+  slice has what an audit's slice has: every DeepStack layer, then plain ones); the optimizer steps every
+  trainable parameter in both (Megatron's buffers), so the composition's optimizer factor is 1 here;
+- each source's batches are read once through the audit's own loader path (``inputs.prepare_input``,
+  ``plan.loader_options``, the run's padding rule) and reused: ``--data-steps`` distinct global steps of
+  GBS/MBS micro-batches, step r of every round using the same ones in both modes;
+- every batch is warmed (forward and backward, untimed) and each (source, mode) runs one untimed global step;
+- then ``--rounds`` rounds; each round runs one global step of every (source, mode) in an order that rotates
+  every round; a slice step is composed to L layers by ``vlmdata.audit.compose.compose_record`` exactly as an
+  audit composes it (plain layers at the slice's measured plain-layer cost).
+
+Reported (``compose_check.json``, and printed): per source, composed / whole step time per round (min / median /
+max), and per mock, mock/real samples/s whole and composed per round and their ratio. The goal: each source's
+composed time within 5% of whole and every mock/real ratio within 3%, at the median over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from itertools import islice
+
+import torch
+
+from vlmdata.audit.compose import Composition, compose_record
+from vlmdata.audit.config import AuditConfig
+from vlmdata.audit.inputs import REAL, prepare_input
+from vlmdata.audit.plan import loader_options, make_plan
+from vlmdata.audit.real_data import real_shards
+from vlmdata.audit.runner import reference_workload
+from vlmdata.loaders.api import make_loader
+
+MODES = ("whole", "slice")
+
+
+def read_batches(plan, name: str, shards: list[str], n: int, work_dir: str) -> list[dict]:
+    """``n`` micro-batches of source ``name`` as the audit's step gets them (its loader options and padding)."""
+    inp = prepare_input(
+        name, shards, seed=plan.cfg.seed, model=plan.res.shape.loader_model, work_dir=work_dir, twin_keys=None
+    )
+    loader = make_loader(inp.source, loader_options(plan, inp, workers=0))
+    return [plan.res.run.prepare(b) for b in islice(iter(loader), n)]
+
+
+class SliceSwitch:
+    """Run the whole model, or only its first ``k`` decoder layers (``use(mode)``)."""
+
+    def __init__(self, model, k: int):
+        self.lm = model.model.language_model
+        self.full = self.lm.layers
+        if not 1 <= k < len(self.full):
+            raise SystemExit(f"--slice-layers must be in 1..{len(self.full) - 1} (the model has {len(self.full)})")
+        self.cut = torch.nn.ModuleList(list(self.full)[:k])
+        self.k, self.n = k, len(self.full)
+
+    def use(self, mode: str) -> None:
+        self.lm.layers = self.full if mode == "whole" else self.cut
+
+
+def global_step(work, batches: list[dict]) -> dict:
+    """One timed global step over ``batches``; the record ``compose_record`` takes (the audit's fields)."""
+    t0 = time.perf_counter()
+    work.begin_step(len(batches))
+    for b in batches:
+        work.micro(b)
+    r = work.finish()
+    wall = (time.perf_counter() - t0) * 1e3
+    tokens = [int(b["input_ids"].numel()) for b in batches]
+    return {
+        "step_ms": wall,  # as the audit's step_ms: host time from begin to finish (which syncs)
+        "micro_batches": len(batches),
+        "times_ms": dict(r["times_ms"]),
+        "micro": [
+            {"ms": ms, "decoder_ms": dec, "tokens_total": t}
+            for ms, dec, t in zip(r["micro_ms"], r["micro_decoder_ms"], tokens)
+        ],
+        "plain_layers": r.get("plain_layers"),
+        "samples": sum(int(b["input_ids"].shape[0]) for b in batches),
+    }
+
+
+def rotation(items: list, r: int) -> list:
+    return items[r % len(items) :] + items[: r % len(items)]
+
+
+def spread(xs: list[float]) -> dict:
+    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs), "n": len(xs)}
+
+
+def check(args) -> dict:
+    sources = tuple(s.strip() for s in args.sources.split(",") if s.strip())
+    if REAL not in sources:
+        raise SystemExit("--sources must include real")
+    cfg = AuditConfig(
+        device=args.device,
+        preset=args.preset,
+        sources=sources,
+        seq_length=args.seq_length,
+        global_batch_size=args.global_batch_size,
+        real=args.real,
+        loader_options=dict(json.loads(args.loader_options)) if args.loader_options else {},
+    )
+    plan = make_plan(cfg)
+    n_micro, layers = plan.n_micro, plan.res.shape.layers
+    if not 1 <= args.slice_layers < layers:  # before the model is built
+        raise SystemExit(f"--slice-layers must be in 1..{layers - 1} (the model has {layers})")
+    work = reference_workload(plan)
+    switch = SliceSwitch(work.model, args.slice_layers)
+    comp = Composition(layers_full=switch.n, layers_measured=switch.k, optimizer_scale=1.0)
+    shards = real_shards(cfg.resolved_real())
+    with tempfile.TemporaryDirectory(prefix="compose-check-") as tmp:
+        data = {s: read_batches(plan, s, shards, n_micro * args.data_steps, tmp) for s in sources}
+    steps = {s: [data[s][i * n_micro : (i + 1) * n_micro] for i in range(args.data_steps)] for s in sources}
+    t_warm = time.perf_counter()
+    switch.use("whole")
+    for s in sources:
+        for b in data[s]:
+            work.warm(b)
+    contenders = [(s, m) for s in sources for m in MODES]
+    for s, m in contenders:  # one untimed global step each
+        switch.use(m)
+        global_step(work, steps[s][0])
+    warm_s = time.perf_counter() - t_warm
+    load_start = os.getloadavg()
+    records: dict[str, list] = {f"{s}/{m}": [] for s, m in contenders}
+    for r in range(args.rounds):
+        for s, m in rotation(contenders, r):
+            switch.use(m)
+            rec = global_step(work, steps[s][r % args.data_steps])
+            if m == "slice":
+                rec = compose_record(rec, comp)
+            rec["round"] = r
+            records[f"{s}/{m}"].append(rec)
+    switch.use("whole")
+    work.close()
+    return summarise(records, sources, comp, args, warm_s, load_start)
+
+
+def summarise(records: dict, sources: tuple, comp: Composition, args, warm_s: float, load_start) -> dict:
+    """Per-round ratios: composed / whole per source; mock/real samples/s whole vs composed."""
+    rounds = args.rounds
+    per_source, per_ratio = {}, {}
+    for s in sources:
+        w, c = records[f"{s}/whole"], records[f"{s}/slice"]
+        per_source[s] = {
+            "whole_step_ms": spread([x["step_ms"] for x in w]),
+            "composed_step_ms": spread([x["step_ms"] for x in c]),
+            "composed_over_whole": spread([c[i]["step_ms"] / w[i]["step_ms"] for i in range(rounds)]),
+            "composed_decoder": sorted({x.get("composed_decoder", "") for x in c}),
+        }
+    rate = lambda x: x["samples"] / x["step_ms"]  # noqa: E731
+    for s in sources:
+        if s == REAL:
+            continue
+        w = [rate(records[f"{s}/whole"][i]) / rate(records[f"{REAL}/whole"][i]) for i in range(rounds)]
+        c = [rate(records[f"{s}/slice"][i]) / rate(records[f"{REAL}/slice"][i]) for i in range(rounds)]
+        per_ratio[f"{s}/real"] = {
+            "whole": spread(w),
+            "composed": spread(c),
+            "composed_over_whole": spread([c[i] / w[i] for i in range(rounds)]),
+        }
+    return {
+        "method": f"{rounds} rounds, one global step of every (source, whole|slice) per round, order rotating; "
+        f"{args.data_steps} distinct global steps of data reused; slice = first {comp.layers_measured} of "
+        f"{comp.layers_full} decoder layers of the same model, composed by compose_record",
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "warm_s": warm_s,
+        "load_average_start": list(load_start),
+        "load_average_end": list(os.getloadavg()),
+        "composition": comp.describe(),
+        "sources": per_source,
+        "ratios": per_ratio,
+        "goal": {"source_within": 0.05, "ratio_within": 0.03},
+        "met": all(abs(v["composed_over_whole"]["median"] - 1) <= 0.05 for v in per_source.values())
+        and all(abs(v["composed_over_whole"]["median"] - 1) <= 0.03 for v in per_ratio.values()),
+        "records": records,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--preset", default=None, help="the audit's preset (default: the device's)")
+    ap.add_argument("--slice-layers", type=int, default=4)
+    ap.add_argument("--sources", default="imagefree,real")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--data-steps", type=int, default=2, help="distinct global steps of data per source")
+    ap.add_argument("--seq-length", type=int, default=None)
+    ap.add_argument("--global-batch-size", type=int, default=None)
+    ap.add_argument("--real", default=None, help="real shards (default: the embedded sample data)")
+    ap.add_argument("--loader-options", default=None, help="JSON object of loader options")
+    ap.add_argument("--out", default=None, help="folder for compose_check.json")
+    args = ap.parse_args(argv)
+    if args.rounds < 1 or args.data_steps < 1:
+        raise SystemExit("--rounds and --data-steps must be >= 1")
+    out = check(args)
+    for s, v in out["sources"].items():
+        c = v["composed_over_whole"]
+        print(
+            f"{s}: whole {v['whole_step_ms']['median']:.0f} ms, composed {v['composed_step_ms']['median']:.0f} ms; "
+            f"composed/whole per round {c['min']:.3f} / {c['median']:.3f} / {c['max']:.3f}"
+        )
+    for k, v in out["ratios"].items():
+        c = v["composed_over_whole"]
+        print(
+            f"{k}: whole {v['whole']['median']:.3f}, composed {v['composed']['median']:.3f}; "
+            f"composed/whole per round {c['min']:.3f} / {c['median']:.3f} / {c['max']:.3f}"
+        )
+    print(f"goal (each source within 5%, every ratio within 3%, medians): {'met' if out['met'] else 'NOT met'}")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "compose_check.json"), "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
