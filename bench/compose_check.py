@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -43,7 +42,9 @@ from vlmdata.audit.config import AuditConfig
 from vlmdata.audit.inputs import REAL, prepare_input
 from vlmdata.audit.plan import loader_options, make_plan
 from vlmdata.audit.real_data import real_shards
+from vlmdata.audit.rounds import global_record, micro_shape
 from vlmdata.audit.runner import reference_workload
+from vlmdata.benchmarks.timing import rotation, spread
 from vlmdata.loaders.api import make_loader
 
 MODES = ("whole", "slice")
@@ -59,13 +60,11 @@ def read_batches(plan, name: str, shards: list[str], n: int, work_dir: str) -> l
 
 
 class SliceSwitch:
-    """Run the whole model, or only its first ``k`` decoder layers (``use(mode)``)."""
+    """Run the whole model, or only its first ``k`` decoder layers (``use(mode)``; ``check`` has checked k)."""
 
     def __init__(self, model, k: int):
         self.lm = model.model.language_model
         self.full = self.lm.layers
-        if not 1 <= k < len(self.full):
-            raise SystemExit(f"--slice-layers must be in 1..{len(self.full) - 1} (the model has {len(self.full)})")
         self.cut = torch.nn.ModuleList(list(self.full)[:k])
         self.k, self.n = k, len(self.full)
 
@@ -73,34 +72,21 @@ class SliceSwitch:
         self.lm.layers = self.full if mode == "whole" else self.cut
 
 
-def global_step(work, batches: list[dict]) -> dict:
-    """One timed global step over ``batches``; the record ``compose_record`` takes (the audit's fields)."""
+def global_step(work, batches: list[dict], step: int) -> dict:
+    """One timed global step over ``batches``: the audit's own record (``rounds.global_record``), which
+    ``compose_record`` takes; shapes and FLOPs are computed after the timed region, as in an audit."""
     t0 = time.perf_counter()
     work.begin_step(len(batches))
     for b in batches:
         work.micro(b)
     r = work.finish()
-    wall = (time.perf_counter() - t0) * 1e3
-    tokens = [int(b["input_ids"].numel()) for b in batches]
-    return {
-        "step_ms": wall,  # as the audit's step_ms: host time from begin to finish (which syncs)
-        "micro_batches": len(batches),
-        "times_ms": dict(r["times_ms"]),
-        "micro": [
-            {"ms": ms, "decoder_ms": dec, "tokens_total": t}
-            for ms, dec, t in zip(r["micro_ms"], r["micro_decoder_ms"], tokens)
-        ],
-        "plain_layers": r.get("plain_layers"),
-        "samples": sum(int(b["input_ids"].shape[0]) for b in batches),
-    }
+    step_ms = (time.perf_counter() - t0) * 1e3  # as the audit's: host time from begin to finish (which syncs)
+    parts = [{**micro_shape(work, b), "wait_ms": 0.0, "new_items": 0, "match": None} for b in batches]
+    return global_record(parts, r, step=step, rnd=step, step_ms=step_ms, wait_kind="steady", keys=[])
 
 
-def rotation(items: list, r: int) -> list:
-    return items[r % len(items) :] + items[: r % len(items)]
-
-
-def spread(xs: list[float]) -> dict:
-    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs), "n": len(xs)}
+def stats(xs: list[float]) -> dict:
+    return {**spread(xs), "n": len(xs)}
 
 
 def check(args) -> dict:
@@ -132,21 +118,20 @@ def check(args) -> dict:
     for s in sources:
         for b in data[s]:
             work.warm(b)
-    contenders = [(s, m) for s in sources for m in MODES]
-    for s, m in contenders:  # one untimed global step each
+    contenders = [f"{s}/{m}" for s in sources for m in MODES]
+    for name in contenders:  # one untimed global step each
+        s, m = name.split("/")
         switch.use(m)
-        global_step(work, steps[s][0])
+        global_step(work, steps[s][0], 0)
     warm_s = time.perf_counter() - t_warm
     load_start = os.getloadavg()
-    records: dict[str, list] = {f"{s}/{m}": [] for s, m in contenders}
+    records: dict[str, list] = {name: [] for name in contenders}
     for r in range(args.rounds):
-        for s, m in rotation(contenders, r):
+        for name in rotation(contenders, r):
+            s, m = name.split("/")
             switch.use(m)
-            rec = global_step(work, steps[s][r % args.data_steps])
-            if m == "slice":
-                rec = compose_record(rec, comp)
-            rec["round"] = r
-            records[f"{s}/{m}"].append(rec)
+            rec = global_step(work, steps[s][r % args.data_steps], r)
+            records[name].append(compose_record(rec, comp) if m == "slice" else rec)
     switch.use("whole")
     work.close()
     return summarise(records, sources, comp, args, warm_s, load_start)
@@ -159,9 +144,9 @@ def summarise(records: dict, sources: tuple, comp: Composition, args, warm_s: fl
     for s in sources:
         w, c = records[f"{s}/whole"], records[f"{s}/slice"]
         per_source[s] = {
-            "whole_step_ms": spread([x["step_ms"] for x in w]),
-            "composed_step_ms": spread([x["step_ms"] for x in c]),
-            "composed_over_whole": spread([c[i]["step_ms"] / w[i]["step_ms"] for i in range(rounds)]),
+            "whole_step_ms": stats([x["step_ms"] for x in w]),
+            "composed_step_ms": stats([x["step_ms"] for x in c]),
+            "composed_over_whole": stats([c[i]["step_ms"] / w[i]["step_ms"] for i in range(rounds)]),
             "composed_decoder": sorted({x.get("composed_decoder", "") for x in c}),
         }
     rate = lambda x: x["samples"] / x["step_ms"]  # noqa: E731
@@ -171,9 +156,9 @@ def summarise(records: dict, sources: tuple, comp: Composition, args, warm_s: fl
         w = [rate(records[f"{s}/whole"][i]) / rate(records[f"{REAL}/whole"][i]) for i in range(rounds)]
         c = [rate(records[f"{s}/slice"][i]) / rate(records[f"{REAL}/slice"][i]) for i in range(rounds)]
         per_ratio[f"{s}/real"] = {
-            "whole": spread(w),
-            "composed": spread(c),
-            "composed_over_whole": spread([c[i] / w[i] for i in range(rounds)]),
+            "whole": stats(w),
+            "composed": stats(c),
+            "composed_over_whole": stats([c[i] / w[i] for i in range(rounds)]),
         }
     return {
         "method": f"{rounds} rounds, one global step of every (source, whole|slice) per round, order rotating; "
