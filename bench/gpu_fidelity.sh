@@ -11,7 +11,7 @@
 #                 the validation to use: between two processes the shared vision stage alone moved up to 11%)
 # Every audit here measures --steps N with the sources alternating every global step (rounds of 1); before
 # 2026-12-02 --steps N made one block of N steps per source (docs/RESULTS.md says what that did).
-# Reports land in OUTDIR/<stage>/ (markdown + json); a tarball of them at the end.
+# Reports land in OUTDIR/<stage>/ (markdown + json); a tarball of them at the end; OUTDIR/smi.csv logs the GPU clocks.
 set -uo pipefail
 OUTDIR=$1; shift
 mkdir -p "$OUTDIR" /tmp/fid
@@ -19,6 +19,10 @@ mkdir -p "$OUTDIR" /tmp/fid
 export VLMDATA_PROGRESS_INTERVAL=60
 python3 -c "import torch, transformers, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'transformers', transformers.__version__)"
 echo "cpus $(nproc); $(uptime)"
+# the GPU's clocks, power and throttle reasons every 250 ms, to tell power or thermal throttling from host noise
+R=clocks_event_reasons.active; nvidia-smi --query-gpu=$R --format=csv >/dev/null 2>&1 || R=clocks_throttle_reasons.active
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,$R \
+  --format=csv,noheader -lms 250 > "$OUTDIR/smi.csv" 2>/dev/null & SMI=$!
 FWD=imagefree,bridge-noise,synthetic,real
 REV=real,synthetic,bridge-noise,imagefree
 A3B=tests/audit/fixtures/bridge_qwen3_vl_30b_a3b_sft.yaml
@@ -49,3 +53,4 @@ for stage in "$@"; do
 done
 for d in /tmp/fid/*/; do rm -rf "$d/synthetic-twin"; done
 tar czf "$OUTDIR/reports.tar.gz" -C /tmp fid
+kill $SMI 2>/dev/null

@@ -7,7 +7,8 @@ each round the stop rule decides (``StopRule.reason``). Per global step::
     t0 -> for each micro-batch: next(loader) (wait), forward + backward -> optimizer -> sync -> t2
     step_ms = t2 - t0; stage times (data_wait = the device idle while the host waited for data),
     per-micro-batch device times and shapes, FLOPs (computed outside the timed region), first-seen
-    shape items (expected 0), census_match, sample keys (for the pairing check).
+    shape items (expected 0), census_match, sample keys (for the pairing check), the wall-clock start
+    (``started_unix``, to line steps up with outside logs such as the GPU's clocks).
 
 A source that runs out of memory is a result (``run.oom``), not a crash: its records are dropped and the
 rounds go on without it. ``global_record`` sums a global step's micro-batches into one record; a slice's
@@ -16,6 +17,7 @@ record is then composed into the run's step (``compose.compose_record``).
 
 from __future__ import annotations
 
+import time
 from contextlib import nullcontext
 from typing import Any, Callable
 
@@ -87,6 +89,7 @@ class MeasuredRounds:
         run, n_micro = self.run, self.run.plan.n_micro
         base = (run.plan.warmup + k) * n_micro
         parts, keys, wait_kind = [], [], "steady"
+        started = time.time()  # wall clock, to line the step up with outside logs (e.g. the GPU's clocks)
         t0 = run.clock()
         run.workload.begin_step(n_micro)
         try:
@@ -107,6 +110,7 @@ class MeasuredRounds:
         t2 = run.clock()
         shapes = [self._micro_part(name, p) for p in parts]  # shapes and FLOPs: outside the timed region
         rec = global_record(shapes, r, step=k, rnd=self.rounds, step_ms=(t2 - t0) * 1e3, wait_kind=wait_kind, keys=keys)
+        rec["started_unix"] = started
         return compose_record(rec, run.comp)
 
     def _micro_part(self, name: str, p: dict) -> dict:
