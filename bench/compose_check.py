@@ -17,7 +17,7 @@ must resolve. Here both run in one process, on one model:
   GBS/MBS micro-batches, step r of every round using the same ones in both modes;
 - every batch is warmed (forward and backward, untimed) and each (source, mode) runs one untimed global step;
 - then ``--rounds`` rounds; each round runs one global step of every (source, mode) in an order that rotates
-  every round; a slice step is composed to L layers by ``vlmdata.audit.compose.compose_record`` exactly as an
+  every round, Python's garbage collector handled as the audit's rounds handle it (``vlmdata.audit.collector``); a slice step is composed to L layers by ``vlmdata.audit.compose.compose_record`` exactly as an
   audit composes it (plain layers at the slice's measured plain-layer cost).
 
 Reported (``compose_check.json``, and printed): per source, composed / whole step time per round (min / median /
@@ -37,6 +37,7 @@ from itertools import islice
 
 import torch
 
+from vlmdata.audit.collector import Collector
 from vlmdata.audit.compose import Composition, compose_record
 from vlmdata.audit.config import AuditConfig
 from vlmdata.audit.inputs import REAL, prepare_input
@@ -126,15 +127,19 @@ def check(args) -> dict:
     warm_s = time.perf_counter() - t_warm
     load_start = os.getloadavg()
     records: dict[str, list] = {name: [] for name in contenders}
-    for r in range(args.rounds):
-        for name in rotation(contenders, r):
-            s, m = name.split("/")
-            switch.use(m)
-            rec = global_step(work, steps[s][r % args.data_steps], r)
-            records[name].append(compose_record(rec, comp) if m == "slice" else rec)
+    collector = Collector(plan.res.run.manual_gc, plan.res.run.manual_gc_interval)  # as the audit's rounds
+    with collector.measuring():
+        for r in range(args.rounds):
+            for name in rotation(contenders, r):
+                s, m = name.split("/")
+                switch.use(m)
+                with collector.timed_step():
+                    rec = global_step(work, steps[s][r % args.data_steps], r)
+                records[name].append(compose_record(rec, comp) if m == "slice" else rec)
+            collector.between_steps()
     switch.use("whole")
     work.close()
-    return summarise(records, sources, comp, args, warm_s, load_start)
+    return {**summarise(records, sources, comp, args, warm_s, load_start), "gc": collector.describe()}
 
 
 def summarise(records: dict, sources: tuple, comp: Composition, args, warm_s: float, load_start) -> dict:

@@ -16,6 +16,8 @@ import pytest
 
 from vlmdata.audit import bridge_config
 from vlmdata.audit.bridge_config import MAX_BYTES, MODEL_FIELDS, BridgeRun, read_bridge_config
+from vlmdata.audit.config import AuditConfig
+from vlmdata.audit.resolve import resolve
 from vlmdata.errors import BridgeConfigError, VlmdataError
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures")
@@ -85,6 +87,8 @@ SOURCES = {
     "packing_detail.in_batch_packing_pad_to_multiple_of": "dataset.in_batch_packing_pad_to_multiple_of",
     "model_target": "model._target_",
     "dataset_target": "dataset._target_",
+    "manual_gc": "train.manual_gc",
+    "manual_gc_interval": "train.manual_gc_interval",
     **{f"model_fields.{k}": f"model.{k}" for k in MODEL_30B},
 }
 
@@ -136,6 +140,8 @@ def test_recipe_as_run_saves_it():
         "model_target": PROVIDER,
         "dataset_target": DIRECT_HF,
         "model_fields": MODEL_30B,
+        "manual_gc": True,  # recipes/common.py
+        "manual_gc_interval": 100,
     }
     assert run.sources == {
         **SOURCES,
@@ -177,6 +183,8 @@ def test_changed_settings():
         "model_target": PROVIDER,
         "dataset_target": DIRECT_HF,
         "model_fields": MODEL_30B,
+        "manual_gc": True,
+        "manual_gc_interval": 100,
     }
     assert run.sources == {
         **SOURCES,
@@ -242,6 +250,25 @@ def test_minimal_hand_written(tmp_path):
         "tensor_parallel": "model.tensor_model_parallel_size",
         "recompute": "model.recompute_granularity",
     }
+
+
+def test_manual_gc_off_reaches_the_run(tmp_path):
+    """Bridge's train.manual_gc / manual_gc_interval are read and become the run's, with their source."""
+    path = write(tmp_path, "train:\n  manual_gc: false\n  manual_gc_interval: 0\n")
+    run = read_bridge_config(path)
+    assert (run.manual_gc, run.manual_gc_interval) == (False, 0)
+    assert run.sources == {"manual_gc": "train.manual_gc", "manual_gc_interval": "train.manual_gc_interval"}
+    res = resolve(AuditConfig(bridge_config=path))
+    assert (res.run.manual_gc, res.run.manual_gc_interval) == (False, 0)
+    assert res.sources["manual_gc"] == res.sources["manual_gc_interval"] == "bridge config"
+    flag = resolve(AuditConfig(bridge_config=path, manual_gc=True, manual_gc_interval=7))
+    assert (flag.run.manual_gc, flag.run.manual_gc_interval, flag.sources["manual_gc"]) == (True, 7, "flag")
+    default = resolve(AuditConfig())  # Bridge's recipes: manual, every 100 steps
+    assert (default.run.manual_gc, default.run.manual_gc_interval, default.sources["manual_gc"]) == (
+        True,
+        100,
+        "default",
+    )
 
 
 def test_absent_granularity_is_unknown_null_is_none(tmp_path):
@@ -427,6 +454,9 @@ def test_nested_too_deeply(tmp_path):
         ("dataset: {pad_to_multiple_of: 0}", "dataset.pad_to_multiple_of", "must be at least 1"),
         ("ddp: {use_distributed_optimizer: 0}", "ddp.use_distributed_optimizer", "must be true or false"),
         ("comm_overlap: {data_parallel_size: eight}", "comm_overlap.data_parallel_size", "must be an integer"),
+        ("train: {manual_gc: 'off'}", "train.manual_gc", "must be true or false"),
+        ("train: {manual_gc_interval: -1}", "train.manual_gc_interval", "must be at least 0"),
+        ("train: {manual_gc_interval: 1.5}", "train.manual_gc_interval", "must be an integer"),
     ],
 )
 def test_wrong_types_name_field_and_file(tmp_path, text, field, match):

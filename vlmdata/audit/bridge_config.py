@@ -51,6 +51,8 @@ packing_detail              the dataset's packing and padding keys, those presen
                             PP > 1 or EP > 1), ``pad_to_multiple_of``, ``in_batch_packing_pad_to_multiple_of``
 use_distributed_optimizer   ``ddp.use_distributed_optimizer`` OR ``optimizer.use_distributed_optimizer``: Bridge's
                             ``validate()`` turns both on when either is on
+manual_gc                   ``train.manual_gc`` (the recipes: ``true``; ``TrainingConfig``'s default: ``false``)
+manual_gc_interval          ``train.manual_gc_interval`` (the recipes: 100; 0: no periodic collection)
 model_target                ``model._target_`` (the provider class, e.g. ``...Qwen3VLMoEModelProvider``)
 dataset_target              ``dataset._target_`` (``DirectHFSFTDatasetConfig``, ``MockVLMSFTDatasetConfig``,
                             ``EnergonDatasetConfig``, ...)
@@ -169,6 +171,8 @@ class BridgeRun:
     sources: dict[str, str]
     packing_detail: dict = field(default_factory=dict)
     dataset_target: str | None = None
+    manual_gc: bool | None = None
+    manual_gc_interval: int | None = None
 
 
 def read_bridge_config(path: str) -> BridgeRun:
@@ -213,6 +217,8 @@ def read_bridge_config(path: str) -> BridgeRun:
     run["recompute_detail"] = _recompute_detail(doc, sources)
     run["packing"], run["packing_detail"] = _packing(doc, sources)
     run["use_distributed_optimizer"] = _distributed_optimizer(doc, sources)
+    run["manual_gc"] = take("manual_gc", ("train.manual_gc",), "bool")
+    run["manual_gc_interval"] = take("manual_gc_interval", ("train.manual_gc_interval",), "int0")
     run["model_target"] = take("model_target", ("model._target_",), "str")
     run["dataset_target"] = take("dataset_target", ("dataset._target_",), "str")
     run["model_fields"] = _model_fields(doc, sources)

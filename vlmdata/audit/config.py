@@ -125,6 +125,8 @@ class AuditConfig:
     freeze_vision_model: bool | None = None
     freeze_vision_projection: bool | None = None
     recompute: str | None = None
+    manual_gc: bool | None = None  # Python's collector as Bridge's train.manual_gc (None: Bridge config, else manual)
+    manual_gc_interval: int | None = None  # train.manual_gc_interval (None: Bridge config, else 100)
     link_gbps: float = 200.0  # per-GPU all-to-all bandwidth the modelled expert-parallel term assumes
     # the loader
     num_workers: int | None = None  # loader workers per source and rank; None: 0 on CPU, auto on CUDA

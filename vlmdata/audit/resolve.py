@@ -5,7 +5,7 @@ For every setting of the run, in this order of precedence:
 1. what the caller gave (``"flag"``: a CLI flag or an API argument);
 2. the user's Megatron Bridge config (``bridge_config``: a ``ConfigContainer`` YAML as Bridge writes it;
    ``vlmdata.audit.bridge_config``): micro and global batch size, seq_length, TP/PP/EP/CP/ETP, freezing,
-   recompute, packing, the distributed optimizer;
+   recompute, packing, the distributed optimizer, garbage collection (``train.manual_gc``);
 3. the model's ``config.json`` (``model_config``; ``vlmdata.audit.model_config``) for the model's shape;
 4. the device's defaults (``DEVICE_DEFAULTS``; CPU: the demo's tiny model; CUDA: the ``h200`` preset and the
    Qwen3-VL-30B-A3B SFT recipe's global batch on one data-parallel rank).
@@ -45,6 +45,7 @@ BRIDGE_RUN_FIELDS = (  # the run's settings a Bridge config may give
     *("micro_batch_size", "global_batch_size", "seq_length", *PARALLEL_FIELDS),
     *("freeze_language_model", "freeze_vision_model", "freeze_vision_projection", "recompute"),
     "use_distributed_optimizer",
+    *("manual_gc", "manual_gc_interval"),
 )
 
 

@@ -4,7 +4,7 @@
 measured. ``sources_result(...)``: each source's records (the stop rule's window), loader, start-up wait,
 census and pairing with real. ``straggler_model(...)``: data-parallel stragglers simulated from each
 source's census and a cost model fitted on every measured micro-batch (``vlmdata.audit.straggler_model``).
-``measurement(...)``: how the figures were obtained (rounds, stop reason, warm-up, seconds).
+``measurement(...)``: how the figures were obtained (rounds, stop reason, warm-up, seconds, garbage collection).
 """
 
 from __future__ import annotations
@@ -168,6 +168,7 @@ def measurement(run: Any, stop: Any, rounds: Any, warm: Any, done: int, why: str
         "measure_seconds": seconds["measure"],
         "total_seconds": seconds["total"],
         "load_average_end": _load(),
+        "gc": rounds.collector.describe(),
     }
 
 

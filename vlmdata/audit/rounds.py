@@ -1,14 +1,17 @@
 """Phase 4 of an audit: the measured rounds, and the record each measured global step leaves.
 
 Rounds of ``block`` global steps per source, the order rotating every round (A B C D, B C D A, ...); before
-each round but the first, the shapes of its steps are warmed (``Warmup.shapes``, outside the budget). After
-each round the stop rule decides (``StopRule.reason``). Per global step::
+each round but the first, the shapes of its steps are warmed (``Warmup.shapes``, outside the budget). Python's
+garbage collector follows the run's ``manual_gc`` (``vlmdata.audit.collector``: Bridge's recipes disable it
+and collect between steps; here after every round, outside the timed steps and the budget). After each round
+the stop rule decides (``StopRule.reason``). Per global step::
 
     t0 -> for each micro-batch: next(loader) (wait), forward + backward -> optimizer -> sync -> t2
     step_ms = t2 - t0; stage times (data_wait = the device idle while the host waited for data),
     per-micro-batch device times and shapes, FLOPs (computed outside the timed region), first-seen
     shape items (expected 0), census_match, sample keys (for the pairing check), the wall-clock start
-    (``started_unix``, to line steps up with outside logs such as the GPU's clocks).
+    (``started_unix``, to line steps up with outside logs such as the GPU's clocks) and the milliseconds of
+    garbage collection that ran inside the step (``gc_in_step_ms``; 0 under manual collection).
 
 A source that runs out of memory is a result (``run.oom``), not a crash: its records are dropped and the
 rounds go on without it. ``global_record`` sums a global step's micro-batches into one record; a slice's
@@ -24,6 +27,7 @@ from typing import Any, Callable
 import torch
 
 from vlmdata.audit.census import Sources
+from vlmdata.audit.collector import Collector
 from vlmdata.audit.compose import compose_record
 from vlmdata.audit.live_loaders import LiveLoaders
 from vlmdata.audit.metrics import FLOP_FIELDS, SUMMED
@@ -50,24 +54,32 @@ class MeasuredRounds:
         self.progress = progress
         self.records: dict[str, list] = {name: [] for name in run.plan.cfg.sources}
         self.rounds = 0
+        spec = run.plan.res.run
+        self.collector = Collector(spec.manual_gc, spec.manual_gc_interval)
+        self.gc_seconds = 0.0  # manual collections between steps: outside the measuring budget
 
     def measure(self) -> tuple[int, str | None, float]:
         """Interleaved rounds until the stop rule says stop; returns (steps run, why it stopped, seconds)."""
         run, plan = self.run, self.run.plan
         n, min_steps = len(plan.cfg.sources), self.stop.min_steps
         done, why = 0, None
-        t_measure = run.clock()
         ctx = self.progress(n * min_steps) if self.progress else nullcontext(lambda k=1: None)
-        with ctx as advance:
+        with self.collector.measuring(), ctx as advance:
+            t_measure = run.clock()
             while why is None:
                 if done == min_steps and hasattr(advance, "set_total"):  # measuring on past min_steps
                     advance.set_total(n * plan.cap)
                 self._round(done, advance)
                 done += plan.block
                 self.rounds += 1
-                elapsed = run.clock() - t_measure - self.warm.stats["in_rounds"]  # the budget counts measuring only
-                why = self.stop.reason(self.records, done, elapsed)
-        return done, why, run.clock() - t_measure - self.warm.stats["in_rounds"]
+                self.gc_seconds += self.collector.between_steps()
+                why = self.stop.reason(self.records, done, self._measuring(t_measure))
+        return done, why, self._measuring(t_measure)
+
+    def _measuring(self, t_measure: float) -> float:
+        """Seconds spent measuring since ``t_measure`` (the budget counts these only: not the shape warm-ups
+        inside rounds, not the manual garbage collections between them)."""
+        return self.run.clock() - t_measure - self.warm.stats["in_rounds"] - self.gc_seconds
 
     def _round(self, done: int, advance) -> None:
         """One round: ``block`` global steps of every source, starting with the round's first source."""
@@ -90,27 +102,30 @@ class MeasuredRounds:
         base = (run.plan.warmup + k) * n_micro
         parts, keys, wait_kind = [], [], "steady"
         started = time.time()  # wall clock, to line the step up with outside logs (e.g. the GPU's clocks)
-        t0 = run.clock()
-        run.workload.begin_step(n_micro)
-        try:
-            for j in range(n_micro):
-                t_w = run.clock()
-                batch, kind = self.loaders.next(name, base + j)  # fetched at start-up: its wait is start-up's
-                wait = (run.clock() - t_w) * 1e3 if kind == "steady" else 0.0
-                if self.loaders.note_epoch(name) and kind == "steady":
-                    wait_kind = "epoch_boundary"
-                batch = run.plan.res.run.prepare(batch)
-                run.workload.micro(batch, wait)
-                parts.append({"batch": batch, "wait_ms": wait, "i": base + j})
-                keys += self.loaders.keys(name)
-            r = run.workload.finish()
-        except torch.OutOfMemoryError as e:
-            run.out_of_memory(name, f"step {k}", e)
-            return None
-        t2 = run.clock()
+        gc_before = len(self.collector.in_step)
+        with self.collector.timed_step():  # counts any garbage collection that runs inside the step
+            t0 = run.clock()
+            run.workload.begin_step(n_micro)
+            try:
+                for j in range(n_micro):
+                    t_w = run.clock()
+                    batch, kind = self.loaders.next(name, base + j)  # fetched at start-up: its wait is start-up's
+                    wait = (run.clock() - t_w) * 1e3 if kind == "steady" else 0.0
+                    if self.loaders.note_epoch(name) and kind == "steady":
+                        wait_kind = "epoch_boundary"
+                    batch = run.plan.res.run.prepare(batch)
+                    run.workload.micro(batch, wait)
+                    parts.append({"batch": batch, "wait_ms": wait, "i": base + j})
+                    keys += self.loaders.keys(name)
+                r = run.workload.finish()
+            except torch.OutOfMemoryError as e:
+                run.out_of_memory(name, f"step {k}", e)
+                return None
+            t2 = run.clock()
         shapes = [self._micro_part(name, p) for p in parts]  # shapes and FLOPs: outside the timed region
         rec = global_record(shapes, r, step=k, rnd=self.rounds, step_ms=(t2 - t0) * 1e3, wait_kind=wait_kind, keys=keys)
         rec["started_unix"] = started
+        rec["gc_in_step_ms"] = sum(ms for _, ms in self.collector.in_step[gc_before:])
         return compose_record(rec, run.comp)
 
     def _micro_part(self, name: str, p: dict) -> dict:

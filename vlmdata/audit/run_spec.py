@@ -22,6 +22,10 @@ data-parallel rank of it):
   in-batch packing of Bridge main's VLM packing, PR #5285), no padding.
 - **Freezing and recompute**: ``freeze_language_model``, ``freeze_vision_model``,
   ``freeze_vision_projection`` (Bridge's fields) and ``recompute`` ("none" | "selective" | "full").
+- **Garbage collection** (``train.manual_gc``, ``train.manual_gc_interval``): default as Bridge's recipes
+  (``recipes/common.py``: manual, every 100 steps): Python's automatic collector off during the measured
+  rounds, collections between steps (``vlmdata.audit.collector``). ``manual_gc=False`` leaves the automatic
+  collector on, as Bridge's own ``TrainingConfig`` default does.
 
 ``sources`` records, for every field, where its value came from: "flag", "bridge config", "model config" or
 "default" (the report lists them).
@@ -71,6 +75,8 @@ class RunSpec:
     freeze_vision_projection: bool = False
     recompute: str = "none"
     use_distributed_optimizer: bool = True
+    manual_gc: bool = True  # Bridge's recipes (recipes/common.py); TrainingConfig's own default is False
+    manual_gc_interval: int = 100  # the recipes' value; 0: no periodic collection
     default_micro_batches: int = 16  # micro-batches per optimizer step when no GBS is given
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
@@ -96,6 +102,10 @@ class RunSpec:
                 f"`global_batch_size` {gbs} must be a multiple of `micro_batch_size` * `dp` = "
                 f"{self.micro_batch_size} * {self.data_parallel} = {per}"
             )
+        if isinstance(self.manual_gc_interval, bool) or not isinstance(self.manual_gc_interval, int):
+            raise RunSpecError(f"`manual_gc_interval` must be an integer >= 0, got {self.manual_gc_interval!r}")
+        if self.manual_gc_interval < 0:
+            raise RunSpecError(f"`manual_gc_interval` must be an integer >= 0, got {self.manual_gc_interval!r}")
         for src in self.sources.values():
             if src not in PROVENANCE:
                 raise RunSpecError(f"unknown provenance {src!r}")

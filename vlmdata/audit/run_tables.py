@@ -31,6 +31,8 @@ RUN_ROWS = (
     ("freeze_vision_projection", "freeze_vision_projection"),
     ("recompute", "recompute"),
     ("use_distributed_optimizer", "distributed optimizer"),
+    ("manual_gc", "manual garbage collection"),
+    ("manual_gc_interval", "manual_gc_interval (Bridge's steps between collections)"),
     ("slice_layers", "decoder layers measured"),
 )
 DERIVED = {"padding_rule": "seq_policy", "micro_batches_per_step": "global_batch_size"}

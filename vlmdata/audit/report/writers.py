@@ -7,6 +7,7 @@ import html
 import json
 import os
 
+from vlmdata.audit.collector import describe_line
 from vlmdata.audit.logs import report_content
 from vlmdata.audit.report.plots import plots
 from vlmdata.audit.report.tables import report_tables
@@ -74,6 +75,7 @@ def _method_line(report: dict) -> str:
         f"{w.get('seconds', 0):.1f} s) and {w.get('loader_steps_per_source')} untimed step(s) per source after "
         f"its loader started; load average {_loads(report.get('environment', {}).get('load_average'))} at the "
         f"start, {_loads(m.get('load_average_end'))} at the end."
+        + (f" {gc_line}" if (gc_line := describe_line(m.get("gc"))) else "")
     )
 
 

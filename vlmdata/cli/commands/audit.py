@@ -65,6 +65,7 @@ GIVEN = (  # AuditConfig fields whose flag carries the value as it is (None: not
     *("real", "profile", "device", "seed", "step", "preset", "model_config", "bridge_config", "slice_layers"),
     *("attention", "logits", "seq_length", "micro_batch_size", "global_batch_size", *PARALLEL_FIELDS),
     *("freeze_language_model", "freeze_vision_model", "freeze_vision_projection", "recompute", "link_gbps"),
+    *("manual_gc", "manual_gc_interval"),
     *("num_workers", "warmup", "budget_s", "precision", "threshold"),
 )
 
@@ -80,6 +81,8 @@ HELP = {  # the audit's flags (dest -> help); every default quoted comes from th
     "global_batch_size": f"samples per optimizer step over all data-parallel ranks (default {CPU['micro_batches']} micro-batches per step on CPU, {GPU['micro_batches']} on CUDA)",
     "seq_policy": "padding: bridge (default: Bridge's rule for --tp/--pp/--ep: seq_length when PP>1 or EP>1, else a multiple of 128 then of lcm(TP,16)), pad128, max (seq_length), pack (in-batch packing)",
     "recompute": "activation recompute of the run (default none)",
+    "manual_gc": "Python's garbage collector as Bridge's train.manual_gc: off during the timed steps, a collection between them (default: on, as Bridge's recipes); --no-manual-gc leaves the automatic collector running inside the steps",
+    "manual_gc_interval": "Bridge's train.manual_gc_interval: steps between Bridge's collections, for the amortised cost the report states (default 100, the recipes'; 0: none)",
     "attention": f"reference model attention: varlen (packed variable-length flash kernels) or sdpa (transformers' per-image path); default {A.attention}",
     "link_gbps": f"per-GPU all-to-all bandwidth in GB/s for the modelled expert-parallel term (default {A.link_gbps:g})",
     "seq_length": f"the run's seq_length (default {CPU['seq_length']} CPU / {GPU['seq_length']} CUDA)",
@@ -129,6 +132,8 @@ def _run_arguments(p) -> None:
     for flag in ("--freeze-language-model", "--freeze-vision-model", "--freeze-vision-projection"):
         p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help="as Bridge's model field")
     p.add_argument("--recompute", choices=RECOMPUTE, help=HELP["recompute"])
+    p.add_argument("--manual-gc", action=argparse.BooleanOptionalAction, default=None, help=HELP["manual_gc"])
+    p.add_argument("--manual-gc-interval", type=non_negative_int, metavar="N", help=HELP["manual_gc_interval"])
     p.add_argument("--attention", choices=ATTENTION, help=HELP["attention"])
     p.add_argument("--link-gbps", type=float, help=HELP["link_gbps"])
     p.add_argument("--seq-length", type=positive_int, help=HELP["seq_length"])
