@@ -160,3 +160,26 @@ def test_runner_measures_global_steps():
         assert all(r["samples"] == 8 and len(r["micro"]) == 4 for r in src["records"])
     assert len(work.step_charges) == 1 + 2 * 3 * 4  # the warm-up full step, then every micro-batch once
     assert res["run"]["run"]["global_batch_size"] == 8 and res["straggler_model"]["sources"]
+
+
+def test_manual_gc_flags_reach_the_run():
+    """--manual-gc / --no-manual-gc and --manual-gc-interval become the run's (Bridge's train.manual_gc and
+    manual_gc_interval), marked as flags; with neither, the run follows Bridge's recipes (manual, 100)."""
+    from vlmdata.audit.plan import make_plan
+    from vlmdata.cli.commands.audit import config_from
+
+    def run_of(*flags):
+        argv = ["audit", *flags]
+        res = make_plan(config_from(build_parser(argv).parse_args(argv))).res
+        return (
+            res.run.manual_gc,
+            res.run.manual_gc_interval,
+            res.sources["manual_gc"],
+            res.sources["manual_gc_interval"],
+        )
+
+    assert run_of() == (True, 100, "default", "default")
+    assert run_of("--no-manual-gc") == (False, 100, "flag", "default")
+    assert run_of("--manual-gc", "--manual-gc-interval", "0") == (True, 0, "flag", "flag")
+    with pytest.raises(SystemExit):
+        build_parser(["audit"]).parse_args(["audit", "--manual-gc-interval", "-1"])

@@ -50,6 +50,9 @@ def test_micro_batches_per_optimizer_step():
         ({"recompute": "partial"}, "recompute"),
         ({"tp": 0}, "`tp` must be"),
         ({"micro_batch_size": True}, "micro_batch_size"),
+        ({"manual_gc": "yes"}, "`manual_gc` must be true or false"),
+        ({"manual_gc_interval": -1}, "`manual_gc_interval` must be an integer >= 0"),
+        ({"manual_gc_interval": True}, "`manual_gc_interval` must be an integer >= 0"),
     ],
 )
 def test_invalid_runs_are_refused(kw, match):

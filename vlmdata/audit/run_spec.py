@@ -102,10 +102,11 @@ class RunSpec:
                 f"`global_batch_size` {gbs} must be a multiple of `micro_batch_size` * `dp` = "
                 f"{self.micro_batch_size} * {self.data_parallel} = {per}"
             )
-        if isinstance(self.manual_gc_interval, bool) or not isinstance(self.manual_gc_interval, int):
-            raise RunSpecError(f"`manual_gc_interval` must be an integer >= 0, got {self.manual_gc_interval!r}")
-        if self.manual_gc_interval < 0:
-            raise RunSpecError(f"`manual_gc_interval` must be an integer >= 0, got {self.manual_gc_interval!r}")
+        if not isinstance(self.manual_gc, bool):
+            raise RunSpecError(f"`manual_gc` must be true or false, got {self.manual_gc!r}")
+        interval = self.manual_gc_interval
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 0:
+            raise RunSpecError(f"`manual_gc_interval` must be an integer >= 0, got {interval!r}")
         for src in self.sources.values():
             if src not in PROVENANCE:
                 raise RunSpecError(f"unknown provenance {src!r}")
