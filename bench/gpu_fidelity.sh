@@ -8,7 +8,8 @@
 #                         DeepStack + 2 plain layers at 16 experts each (EP 8), composed to 48 layers)
 #        compose-ORDER-N (the h200 preset whole vs a 4-layer slice, sources imagefree,real: two audit processes)
 #        check   (bench/compose_check.py: whole vs 4-layer slice in ONE process, same batches, interleaved rounds;
-#                 the validation to use: between two processes the shared vision stage alone moved up to 11%)
+#                 the validation to use: between two processes the shared vision stage alone moved up to 11%;
+#                 CHECK_POLICY=max pads to seq_length: a device-bound step, the default's is host-bound)
 # Every audit here measures --steps N with the sources alternating every global step (rounds of 1); before
 # 2026-12-02 --steps N made one block of N steps per source (docs/RESULTS.md says what that did).
 # Reports land in OUTDIR/<stage>/ (markdown + json); a tarball of them at the end; OUTDIR/smi.csv logs the GPU clocks.
@@ -37,7 +38,8 @@ for stage in "$@"; do
   src=$FWD; [ "${order:-fwd}" = rev ] && src=$REV
   case $kind in
     check) timeout 400 python3 bench/compose_check.py --device cuda --slice-layers 4 --rounds "${CHECK_ROUNDS:-8}" \
-             --sources "${CHECK_SOURCES:-imagefree,real}" --out "$OUTDIR/compose-check" 2>&1 | tail -20 ;;
+             --sources "${CHECK_SOURCES:-imagefree,real}" ${CHECK_POLICY:+--seq-policy $CHECK_POLICY} \
+             --out "$OUTDIR/compose-check${CHECK_POLICY:+-$CHECK_POLICY}" 2>&1 | tail -20 ;;
     kernels) timeout 400 python3 bench/kernels.py --preset h200 --micro 16 --rounds 3 --profile --out "$OUTDIR/kernels" 2>&1 | tail -60 ;;
     smoke)
       run smoke-default 200 --steps 2 --sources imagefree,real

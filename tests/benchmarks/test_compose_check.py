@@ -39,6 +39,8 @@ def test_whole_and_slice_run_in_one_process_and_the_slice_is_composed(tmp_path, 
     assert out["composition"]["layers_full"] == 4 and out["composition"]["layers_measured"] == 3
     r = out["ratios"]["imagefree/real"]
     assert r["whole"]["n"] == r["composed"]["n"] == 2 and isinstance(out["met"], bool)
+    g = out["gc"]  # as the audit's rounds: no collection inside a timed step, one before and after every round
+    assert g["mode"] == "manual" and g["in_timed_steps"]["n"] == 0 and g["between_steps"]["n"] == 3
     printed = capsys.readouterr().out
     assert "imagefree/real: whole" in printed and "goal (each source within 5%" in printed
 
