@@ -7,7 +7,7 @@
 #        a3b-ORDER-N     (the Qwen3-VL-30B-A3B SFT recipe from its Bridge config: the default slice of its 3
 #                         DeepStack + 2 plain layers at 16 experts each (EP 8), composed to 48 layers)
 #        compose-ORDER-N (the h200 preset whole vs a 4-layer slice, sources imagefree,real: two audit processes)
-#        check   (bench/compose_check.py: whole vs 4-layer slice in ONE process, same batches, interleaved rounds;
+#        check[-ORDER-N] (bench/compose_check.py: whole vs 4-layer slice in ONE process, same batches, interleaved rounds;
 #                 the validation to use: between two processes the shared vision stage alone moved up to 11%;
 #                 CHECK_POLICY=max pads to seq_length: a device-bound step, the default's is host-bound)
 # Every audit here measures --steps N with the sources alternating every global step (rounds of 1); before
@@ -39,7 +39,7 @@ for stage in "$@"; do
   case $kind in
     check) timeout 400 python3 bench/compose_check.py --device cuda --slice-layers 4 --rounds "${CHECK_ROUNDS:-8}" \
              --sources "${CHECK_SOURCES:-imagefree,real}" ${CHECK_POLICY:+--seq-policy $CHECK_POLICY} \
-             --out "$OUTDIR/compose-check${CHECK_POLICY:+-$CHECK_POLICY}" 2>&1 | tail -20 ;;
+             --out "$OUTDIR/compose-$stage${CHECK_POLICY:+-$CHECK_POLICY}" 2>&1 | tail -20 ;;
     kernels) timeout 400 python3 bench/kernels.py --preset h200 --micro 16 --rounds 3 --profile --out "$OUTDIR/kernels" 2>&1 | tail -60 ;;
     smoke)
       run smoke-default 200 --steps 2 --sources imagefree,real
