@@ -6,6 +6,7 @@ import pytest
 from vlmdata.audit.compose import Composition, compose, compose_record, plan
 from vlmdata.audit.model_config import preset_shape, read_model_config
 from vlmdata.audit.run_spec import RunSpec
+from vlmdata.audit.stages import plain_layers
 
 PLAIN_F, PLAIN_B, DS_F, DS_B, OTHER = 3.0, 5.0, 7.0, 9.0, 40.0  # ms per micro-batch
 
@@ -30,6 +31,8 @@ def fake_step(layers: int, deepstack: int, micro: int = 2, opt: float = 12.0) ->
             "forward_ms": micro * plain * PLAIN_F,
             "backward_ms": micro * plain * PLAIN_B,
             "layers": micro * plain,
+            "layer_forward_ms": micro * PLAIN_F if plain else 0.0,  # one plain layer over the step
+            "layer_backward_ms": micro * PLAIN_B if plain else 0.0,
         },
         "lm_layers_flops": 10 * layers,
         "lm_head_flops": 5,
@@ -113,3 +116,46 @@ def test_the_report_says_how_the_decoder_was_composed():
     assert formula.startswith("step = measured + (L - k) x (forward + backward of one plain decoder layer")
     assert decoder_row(scaled)[0] == "4 measured, x 3.00 to 12"
     assert decoder_row(plain, scaled)[0].startswith("4 measured, x 3.00 to 12 where a step had no plain-layer")
+
+
+def micro_marks(t0: float, fwd: list[float], bwd: list[float], deepstack: int = 2) -> list[tuple[str, float]]:
+    """One micro-batch's layer marks as ``TrainStep`` places them: ``deepstack`` layers of 1 ms, then plain
+    layers with forward times ``fwd`` and backward times ``bwd`` (the backward runs from the last layer down)."""
+    marks, t = [("start", t0)], t0
+    for i in range(deepstack):
+        marks.append((f"L{i}", t))
+        t += 1.0
+    for j, f in enumerate(fwd):
+        marks.append((f"L{deepstack + j}", t))
+        t += f
+    marks.append(("lm_norm", t))
+    t += 2.0
+    marks.append(("bwd_head_end", t))
+    for j in reversed(range(len(bwd))):
+        t += bwd[j]
+        marks.append((f"B{deepstack + j}", t))
+    return marks + [("bwd_end", t + 1.0)]
+
+
+def test_a_pause_in_one_measured_layer_is_not_composed_into_every_layer():
+    """Two micro-batches of 2 plain layers; one forward pass of the second takes 24 ms instead of 4 (a host pause,
+    as in three 30B-A3B runs on the H200). The step's cost of one plain layer is the lower median per micro-batch
+    (4 + 4 ms forward), not the mean (which would be 18), so 40 composed layers add 40 x (8 + 12) ms, and the pause
+    stays in the measured time once."""
+    marks = micro_marks(0.0, [4.0, 4.0], [6.0, 6.0]) + micro_marks(100.0, [4.0, 24.0], [6.0, 6.0])
+    p = plain_layers(marks, 2, 4)
+    assert p == {
+        "forward_ms": 36.0,
+        "backward_ms": 24.0,
+        "layers": 4,
+        "layer_forward_ms": 8.0,
+        "layer_backward_ms": 12.0,
+    }
+    rec = {"step_ms": 500.0, "micro_batches": 2, "times_ms": {"lm_forward": 60.0, "backward_decoder": 40.0},
+           "micro": [], "plain_layers": p}  # fmt: skip
+    out = compose_record(rec, Composition(layers_full=44, layers_measured=4, optimizer_scale=1.0))
+    assert out["step_ms"] == pytest.approx(500.0 + 40 * (8.0 + 12.0))
+    old = dict(p)
+    del old["layer_forward_ms"], old["layer_backward_ms"]  # a record written before: the mean, as it was
+    rec_old = {**rec, "plain_layers": old}
+    assert compose_record(rec_old, Composition(44, 4, 1.0))["step_ms"] == pytest.approx(500.0 + 40 * (18.0 + 12.0))

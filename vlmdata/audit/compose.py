@@ -13,8 +13,11 @@ routing kept). Each measured global step is then composed into the step of one r
 - *decoder layers*: a *plain* layer is one without a DeepStack addition (Qwen3-VL adds the vision tower's
   DeepStack features after the first ``len(deepstack_visual_indexes)`` layers, with boolean-mask indexing that
   syncs the device). The step times each layer (``TrainStep``'s per-layer marks, ``plain_layers``); the
-  per-layer cost is the mean over the slice's plain layers, so the DeepStack layers are counted once, as in
-  the whole model. (Scaling the whole ``lm_forward + backward_decoder`` by L/k instead, the first version,
+  per-layer cost is, per micro-batch, the lower median of the slice's plain layers (the same work each), so
+  the DeepStack layers are counted once, as in the whole model, and a one-off pause inside one measured layer
+  is counted once, not L - k times. (The mean did that: on the H200, one 30B-A3B step in each of three runs
+  spent 34-38 ms in its four plain-layer forward passes instead of 15, about 4 ms each, and composed 410-470
+  ms slower than its neighbours, +22%; the backward passes, which Python does not run, were unchanged.) (Scaling the whole ``lm_forward + backward_decoder`` by L/k instead, the first version,
   overstated real batches' decoder by 15-30% on the H200 for a 4-layer slice: 3 of its 4 layers carry DeepStack
   additions; a slice without plain layers falls back to that, and says so.) Each micro-batch's device time
   grows by its share (its decoder time x the same factor);
@@ -92,8 +95,9 @@ class Composition:
             "decoder_scale": self.decoder_scale,
             "identity": self.identity,
             "dp_grad_reduce_ms": self.dp_grad_reduce_ms(),
-            "formula": "step = measured + (L - k) x (forward + backward of one plain decoder layer, the mean over the "
-            "slice's layers without DeepStack; a slice with none: (L/k - 1)(lm_forward + backward_decoder)) "
+            "formula": "step = measured + (L - k) x (forward + backward of one plain decoder layer, per micro-batch the "
+            "lower median of the slice's layers without DeepStack; a slice with none: (L/k - 1)(lm_forward + "
+            "backward_decoder)) "
             "+ optimizer (shard/measured - 1) "
             "+ ep_all_to_all (modelled: n_a2a * MoE layers * (T k h 2 (EP-1)/EP / link + latency))",
         }
@@ -144,9 +148,12 @@ def compose_record(rec: dict, comp: Composition) -> dict:
     plain = rec.get("plain_layers") or {}
     n_plain = int(plain.get("layers") or 0)
     micro_n = max(1, int(rec.get("micro_batches") or 1))
-    if s != 1 and n_plain:  # (L - k) more plain layers, at the slice's mean plain-layer cost
+    if s != 1 and n_plain:  # (L - k) more plain layers, at the slice's plain-layer cost
         extra = comp.layers_full - comp.layers_measured
-        f_layer, b_layer = plain["forward_ms"] / n_plain * micro_n, plain["backward_ms"] / n_plain * micro_n
+        if "layer_forward_ms" in plain:  # one plain layer over the step: the lower median per micro-batch
+            f_layer, b_layer = plain["layer_forward_ms"], plain["layer_backward_ms"]
+        else:  # records of before 2026-12-02: the mean over the plain layers
+            f_layer, b_layer = plain["forward_ms"] / n_plain * micro_n, plain["backward_ms"] / n_plain * micro_n
         extra_f, extra_b = extra * f_layer, extra * b_layer
         out["composed_decoder"] = "plain layers"
     else:

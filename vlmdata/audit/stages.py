@@ -10,7 +10,8 @@ marks, ``bwd_end`` per micro-batch; ``sync_end`` and ``opt_end`` once) and each 
 (``wait_ms``, ``prep_ms``, the index of its first mark): the device idle between micro-batches is split into
 data wait (at most what the host waited), prep (at most the host's preparation) and ``host_gap`` (the rest).
 ``plain_layers(marks, first, n)``: the forward and backward time of the decoder layers without DeepStack
-additions, the per-layer cost a slice composes with (``vlmdata.audit.compose``). ``STAGE_PARTS`` maps the
+additions, and the step's cost of one such layer (the lower median per micro-batch): the per-layer cost a slice
+composes with (``vlmdata.audit.compose``). ``STAGE_PARTS`` maps the
 stages to the model parts whose FLOPs they compute (``vlmdata.audit.flops``); ``stage_tflops`` gives each
 stage's TFLOP/s.
 """
@@ -90,24 +91,41 @@ def stage_times(marks: list[tuple[str, float]], micro: list[dict]) -> tuple[dict
 
 
 def plain_layers(marks: list[tuple[str, float]], first: int, n: int) -> dict[str, float]:
-    """Forward and backward device time of the decoder layers that get no DeepStack addition (``first``..n-1),
-    summed over the step's micro-batches: the per-layer cost a slice composes with (``vlmdata.audit.compose``).
-    Layer i's forward runs from its mark to the next layer's (or the final norm's); its backward from the
-    gradient of the next layer's input (or of the final norm's input) to the gradient of its own input."""
-    out = {"forward_ms": 0.0, "backward_ms": 0.0, "layers": 0}
+    """Forward and backward device time of the decoder layers that get no DeepStack addition (``first``..n-1):
+    the per-layer cost a slice composes with (``vlmdata.audit.compose``). Layer i's forward runs from its mark
+    to the next layer's (or the final norm's); its backward from the gradient of the next layer's input (or of
+    the final norm's input) to the gradient of its own input.
+
+    ``forward_ms`` / ``backward_ms``: summed over every plain layer of every micro-batch (``layers`` of them).
+    ``layer_forward_ms`` / ``layer_backward_ms``: the cost of *one* plain layer over the step, the sum over
+    micro-batches of the lower median of that micro-batch's plain layers (same shapes, same work). A one-off
+    host pause inside one layer's forward (on the H200: about 20 ms more in a step's four 4-ms passes) is then
+    counted once, in the measured time, instead of once for every layer the composition adds; a slowdown of
+    the whole micro-batch moves every layer alike and so moves the median too."""
+    out = {"forward_ms": 0.0, "backward_ms": 0.0, "layers": 0, "layer_forward_ms": 0.0, "layer_backward_ms": 0.0}
     seg: dict[str, float] = {}
     for name, ms in marks + [("", 0.0)]:
         if name in ("start", ""):  # a micro-batch boundary (or the end)
+            fwd, bwd = [], []
             for i in range(first, n):
                 f0, f1 = seg.get(f"L{i}"), seg.get(f"L{i + 1}", seg.get("lm_norm"))
                 b0, b1 = seg.get(f"B{i + 1}", seg.get("bwd_head_end")), seg.get(f"B{i}")
                 if None not in (f0, f1, b0, b1):
-                    out["forward_ms"] += f1 - f0  # pyright: ignore[reportOperatorIssue]  # not None (checked)
-                    out["backward_ms"] += b1 - b0  # pyright: ignore[reportOperatorIssue]
-                    out["layers"] += 1
+                    fwd.append(f1 - f0)  # pyright: ignore[reportOperatorIssue]  # not None (checked)
+                    bwd.append(b1 - b0)  # pyright: ignore[reportOperatorIssue]
+            out["forward_ms"] += sum(fwd)
+            out["backward_ms"] += sum(bwd)
+            out["layers"] += len(fwd)
+            out["layer_forward_ms"] += lower_median(fwd)
+            out["layer_backward_ms"] += lower_median(bwd)
             seg = {}
         seg.setdefault(name, ms)
     return out
+
+
+def lower_median(values: list[float]) -> float:
+    """The lower median (of two values the smaller; 0.0 for none): robust to one outlier from two values on."""
+    return sorted(values)[(len(values) - 1) // 2] if values else 0.0
 
 
 def _micro_stages(t: dict[str, float], seg: list[tuple[str, float]], at: dict[str, float], end: float) -> None:
