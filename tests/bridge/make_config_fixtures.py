@@ -231,6 +231,8 @@ def bridge_values(cfg) -> dict:
         "model_target": f"{type(m).__module__}.{type(m).__qualname__}",
         "dataset_target": f"{type(ds).__module__}.{type(ds).__qualname__}",
         "model_fields": {key: value for key in MODEL_FIELDS if (value := _attr(m, key)) is not _ABSENT},
+        "manual_gc": cfg.train.manual_gc,
+        "manual_gc_interval": cfg.train.manual_gc_interval,
         # not BridgeRun fields: what Bridge derived, for the test's cross-checks
         "derived_data_parallel_size": getattr(cfg, "data_parallel_size", None),
         "dataset_seq_length": ds.seq_length,
