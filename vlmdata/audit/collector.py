@@ -21,7 +21,7 @@ Contract (``Collector(manual, interval)``):
   counted with its generation and duration (``gc.callbacks``), in both modes; manual mode expects none.
 - ``collector.between_steps()`` (outside any timed step): manual: a timed ``gc.collect()`` (what Bridge does
   every ``interval`` steps; here after every round, so garbage stays bounded); automatic: nothing. Returns
-  the seconds it took (the caller keeps them out of the measuring budget).
+  the seconds it took.
 - ``describe()``: ``{"mode", "interval", "between_steps": {"n", "ms_min", "ms_median", "ms_max"},
   "amortised_ms_per_step"`` (Bridge's cost per step: the median collection / ``interval``; not added to the
   step times, which are shown without it), ``"in_timed_steps": {"n", "ms", "by_generation"}}``.
