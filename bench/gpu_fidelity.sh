@@ -40,12 +40,14 @@ for stage in "$@"; do
     check) timeout 400 python3 bench/compose_check.py --device cuda --slice-layers 4 --rounds "${CHECK_ROUNDS:-8}" \
              --sources "${CHECK_SOURCES:-imagefree,real}" ${CHECK_POLICY:+--seq-policy $CHECK_POLICY} \
              --out "$OUTDIR/compose-$stage${CHECK_POLICY:+-$CHECK_POLICY}" 2>&1 | tail -20 ;;
-    kernels) timeout 400 python3 bench/kernels.py --preset h200 --micro 16 --rounds 3 --profile --out "$OUTDIR/kernels" 2>&1 | tail -60 ;;
+    kernels) timeout "${KERNELS_TIMEOUT:-400}" python3 bench/kernels.py --preset h200 --micro 16 --rounds 3 --profile \
+               ${KERNELS_ARGS:-} --out "$OUTDIR/kernels" > "$OUTDIR/kernels.log" 2>&1
+             echo "kernels: exit $?"; grep -E "^(contender|today|sdpa|varlen|perimage|warm-up|compiled|correctness|one-off|load|torch|Traceback|[A-Za-z]*Error)" "$OUTDIR/kernels.log" | cut -c1-600 ;;
     smoke)
       run smoke-default 200 --steps 2 --sources imagefree,real
       run smoke-a3b 200 --bridge-config $A3B --steps 2 --sources imagefree,real ;;
-    audit) run "$stage" 200 --sources "$src" --steps "${AUDIT_STEPS:-6}" ;;
-    a3b) run "$stage" 150 --bridge-config $A3B --sources "$src" --steps "${A3B_STEPS:-6}" ;;
+    audit) run "$stage" "${AUDIT_TIMEOUT:-200}" --sources "$src" --steps "${AUDIT_STEPS:-6}" ;;
+    a3b) run "$stage" "${A3B_TIMEOUT:-150}" --bridge-config $A3B --sources "$src" --steps "${A3B_STEPS:-6}" ;;
     compose)
       pair=imagefree,real; [ "${order:-fwd}" = rev ] && pair=real,imagefree
       run "$stage-whole" 120 --sources $pair --steps "${COMPOSE_STEPS:-6}"

@@ -13,7 +13,10 @@ plans, allocator), each one pass over the ``--micro`` batches:
 - ``varlen-gbs``: ``vlmdata.audit.kernels``' variable-length flash attention over all images of a
   micro-batch (no per-block host round-trip; the vision index tensors computed on the host), Bridge's step;
 - ``varlen-gbs-rms``: the same with torch's fused RMSNorm (``kernels.fuse_rms_norm``);
-- ``perimage-gbs-rms``: per-image SDPA split by host-known lengths (no sync; cuDNN), fused RMSNorm.
+- ``perimage-gbs-rms``: per-image SDPA split by host-known lengths (no sync; cuDNN), fused RMSNorm;
+- ``varlen-gbs-rms-cv`` / ``-cd`` / ``-ca``: ``varlen-gbs-rms`` with the vision blocks, the decoder layers or
+  both run through ``torch.compile`` (``kernels.compile_blocks``; compiled during the warm-up pass, whose
+  time is printed).
 
 Per contender: ms per micro-batch (min / median / max over rounds) and the TFLOP/s of every stage (model FLOPs
 of the part the stage runs / its device time, medians). Then, with ``--profile``, the top CUDA kernels of
@@ -73,7 +76,8 @@ def set_attention(model, name: str) -> None:
         kernels.set_segment_mode("per_image" if name.startswith("perimage") else "varlen")
     else:
         kernels.use_sdpa(model.config)
-    kernels.set_fused_norm(name.endswith("-rms"))
+    kernels.set_fused_norm("-rms" in name)
+    kernels.set_compiled({"-cv": "vision", "-cd": "decoder", "-ca": "all"}.get(name[-3:], "none"))
 
 
 def run_pass(step: TrainStep, model, name: str, batches: list[dict]) -> list[dict]:
@@ -142,11 +146,12 @@ def correctness(dev) -> dict:
     return out
 
 
-def new_shape_costs(step: TrainStep, model, dev, k: int = 8) -> dict:
+def new_shape_costs(step: TrainStep, model, dev, k: int = 8, compiled: bool = False) -> dict:
     """Forward + backward of a one-image batch with a grid no batch had: first call vs second call (ms)."""
     g = torch.Generator().manual_seed(1)
     out = {}
-    for name in ("sdpa", "varlen-rms", "perimage-rms"):
+    names = ("sdpa", "varlen-rms", "perimage-rms") + (("varlen-rms-ca",) if compiled else ())
+    for name in names:
         set_attention(model, name)
         first, second = [], []
         for _ in range(k):
@@ -178,20 +183,79 @@ def new_shape_costs(step: TrainStep, model, dev, k: int = 8) -> dict:
     return out
 
 
-def profile(step: TrainStep, model, batches: list[dict], out_dir: str | None) -> str:
+def profile(step: TrainStep, model, batches: list[dict], out_dir: str | None, name: str = "varlen-gbs-rms") -> str:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as prof
 
-    set_attention(model, "varlen-gbs-rms")
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     with prof(activities=acts) as p:
-        run_pass(step, model, "varlen-gbs", batches[:4])
+        run_pass(step, model, name, batches[:4])
     sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
     table = p.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=60)
     if out_dir:
-        with open(os.path.join(out_dir, "profile.txt"), "w") as f:
+        with open(os.path.join(out_dir, f"profile-{name}.txt"), "w") as f:
             f.write(table)
     return table
+
+
+def compiled_correctness(dev) -> dict:
+    """The small preset in training mode: plain and ``compile_blocks`` (both in the device's dtype) against the
+    same model in fp32, plain (same weights, inputs rounded alike); a linear loss (outputs times a fixed random
+    tensor), so that errors are not amplified. Relative errors of the outputs and of every parameter's
+    gradient (median and max over parameters)."""
+
+    def inputs(model):
+        grid = torch.tensor([[1, 16, 20], [1, 8, 12], [1, 20, 8]])
+        n = int(grid.prod(-1).sum())
+        g = torch.Generator().manual_seed(3)
+        pv = torch.randn(n, 1536, generator=g).bfloat16().float()
+        vis = (grid.prod(-1) // 4).tolist()
+        ids = torch.full((1, 40 + sum(vis)), 100)
+        pos = 5
+        for v in vis:
+            ids[0, pos : pos + v] = IMAGE_TOKEN_ID
+            pos += v + 2
+        p = mrope_position_ids(model, {"input_ids": ids, "visual_inputs": {"pixel_values": pv, "image_grid_thw": grid}})
+        kw = {
+            k: (v.to(dev) if isinstance(v, torch.Tensor) else v)
+            for k, v in kernels.vision_kwargs(model.model.visual, grid).items()
+        }
+        dtype = next(model.parameters()).dtype
+        return ids.to(dev), p.to(dev), pv.to(dev, dtype), grid.to(dev), kw
+
+    def run(model):
+        ids, p, pv, grid, kw = inputs(model)
+        model.zero_grad()
+        out = model.model(input_ids=ids, position_ids=p, pixel_values=pv, image_grid_thw=grid, **kw)
+        h = out.last_hidden_state.float()
+        r = torch.randn(h.shape, generator=torch.Generator().manual_seed(4)).to(dev)
+        (h * r).sum().backward()
+        return h.detach(), [q.grad.detach().float().clone() for q in model.parameters() if q.grad is not None]
+
+    def rel(a, b):
+        return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+    ref_model = build_model("small", dev, dtype=torch.float32, seed=0)
+    ref, gref = run(ref_model)
+    del ref_model
+    model = build_model("small", dev, seed=0)
+    kernels.set_compiled("none")
+    plain, gplain = run(model)
+    kernels.compile_blocks(model, "all")
+    kernels.set_compiled("all")
+    comp, gcomp = run(model)
+    kernels.set_compiled("none")
+    ep = [rel(a, b) for a, b in zip(gplain, gref)]
+    ec = [rel(a, b) for a, b in zip(gcomp, gref)]
+    return {
+        "dtype": str(next(model.parameters()).dtype),
+        "plain vs fp32: output": rel(plain, ref),
+        "compiled vs fp32: output": rel(comp, ref),
+        "plain vs fp32: grad median / max": [statistics.median(ep), max(ep)],
+        "compiled vs fp32: grad median / max": [statistics.median(ec), max(ec)],
+        "compiled vs plain: output": rel(comp, plain),
+        "params with grads": len(gref),
+    }
 
 
 def main() -> None:
@@ -202,11 +266,16 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--out")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--compile", action="store_true", help="also the torch.compile contenders")
+    ap.add_argument("--compiled-check", action="store_true", help="only check compiled against plain (small preset)")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
     print("torch", torch.__version__, "device", dev, torch.cuda.get_device_name() if dev.type == "cuda" else "")
+    if args.compiled_check:
+        print("compiled correctness:", json.dumps(compiled_correctness(dev)))
+        return
     check = correctness(dev)
     print("correctness:", json.dumps(check))
     batches = [to_device(b, dev) for b in real_batches(args.micro, args.workers)]
@@ -218,10 +287,15 @@ def main() -> None:
             flops[k] = flops.get(k, 0) + v
     flops["flops"] = flops["total_flops"]
     names = ["today", "sdpa-gbs", "varlen-gbs", "varlen-gbs-rms", "perimage-gbs-rms"]
-    t = time.perf_counter()
-    for name in names:  # warm every shape on both attention paths, and the optimizer
+    if args.compile:
+        print("compiled blocks:", kernels.compile_blocks(model, "all"))
+        names += ["varlen-gbs-rms-cv", "varlen-gbs-rms-cd", "varlen-gbs-rms-ca"]
+    warm = {}
+    for name in names:  # warm every shape on both attention paths, and the optimizer (and compile)
+        t = time.perf_counter()
         run_pass(step, model, name, batches)
-    print(f"warm-up {time.perf_counter() - t:.1f} s; load {os.getloadavg()}")
+        warm[name] = round(time.perf_counter() - t, 1)
+    print(f"warm-up s per contender {warm}; compile counters {kernels.compile_counters()}; load {os.getloadavg()}")
     results: dict[str, list] = {n: [] for n in names}
     for r in range(args.rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
@@ -238,9 +312,12 @@ def main() -> None:
             f"{n:12s} {min(ms):7.1f} / {statistics.median(ms):6.1f} / {max(ms):6.1f}   {base / statistics.median(ms):6.2f}x  "
             + " ".join(f"{k}={v:.0f}" for k, v in summary[n]["tflops"].items())
         )
-    costs = new_shape_costs(step, model, dev) if dev.type == "cuda" else None
+    costs = new_shape_costs(step, model, dev, compiled=args.compile) if dev.type == "cuda" else None
     print("one-off cost per new image size:", json.dumps(costs))
     print(f"load average at the end {os.getloadavg()}")
+    if args.compile:  # last: the small model's shapes would otherwise join the compiled graphs' guards
+        check.update(compiled_correctness(dev))
+        print("compiled correctness:", json.dumps(check))
     if args.out:
         with open(os.path.join(args.out, "kernels.json"), "w") as f:
             json.dump(
@@ -250,6 +327,8 @@ def main() -> None:
                     "new_shape_costs": costs,
                     "flops": flops,
                     "micro_batches": len(batches),
+                    "warmup_s": warm,
+                    "compile_counters": kernels.compile_counters(),
                     "preset": args.preset,
                 },
                 f,
@@ -258,6 +337,8 @@ def main() -> None:
             )
     if args.profile:
         print(profile(step, model, batches, args.out))
+        if "varlen-gbs-rms-ca" in names:
+            print(profile(step, model, batches, args.out, "varlen-gbs-rms-ca"))
 
 
 if __name__ == "__main__":

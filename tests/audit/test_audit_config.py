@@ -22,6 +22,13 @@ def test_defaults_are_the_devices():
     assert r.run.seq_length == cpu["seq_length"] and all(v == "default" for v in r.sources.values())
 
 
+def test_compile_defaults_per_device():
+    # CPU: inductor's compile of the tiny model costs more than the demo; CUDA: compiled, as TE's fused kernels
+    assert AuditConfig().resolved_compile() == "none" == DEVICE_DEFAULTS["cpu"]["compile"]
+    assert AuditConfig(device="cuda").resolved_compile() == "all" == DEVICE_DEFAULTS["cuda"]["compile"]
+    assert AuditConfig(compile="vision").resolved_compile() == "vision"
+
+
 def test_bridge_config_sets_the_run_and_the_model():
     r = resolve(AuditConfig(bridge_config=A3B))
     assert (r.run.micro_batch_size, r.run.global_batch, r.run.seq_length, r.run.ep) == (2, 32, 4096, 8)
@@ -82,12 +89,15 @@ def test_cli_flags_reach_the_config():
         "3",
         "--attention",
         "sdpa",
+        "--compile",
+        "decoder",
     ]
     args = build_parser(argv).parse_args(argv)
     cfg = config_from(args)
     assert (cfg.tp, cfg.ep, cfg.etp, cfg.global_batch_size, cfg.seq_policy) == (2, 4, 1, 16, "max")
     assert cfg.recompute == "full" and cfg.freeze_vision_model is True and cfg.freeze_language_model is None
     assert cfg.slice_layers == 3 and cfg.attention == "sdpa" and cfg.warmup is None
+    assert cfg.resolved_compile() == "decoder"
     r = resolve(cfg)
     assert r.run.micro_batches == 16 // (2 * 2) and r.sources["recompute"] == "flag"
 
@@ -129,6 +139,7 @@ def test_audit_config_validates_itself_and_names_the_parameter():
         ({"warmup": -1}, "`warmup`"),
         ({"precision": 2.0}, "`precision`"),
         ({"seq_policy": "pad64"}, "`seq_policy`"),
+        ({"compile": "yes"}, "`compile`"),
         ({"loader_options": {"seq_length": 512}}, "`loader_options`: seq_length is set by the audit"),
         ({"loader_options": {"exact_image": True}}, "`loader_options`: unknown loader option 'exact_image'"),
         ({"loader_options": {"images": "drop"}}, "`loader_options`: loader option images="),

@@ -104,3 +104,48 @@ def test_global_step_accumulates_and_steps_every_parameter_once():
         step.finish()
         masters = [m for p, m in zip(opt.params, opt.master) if id(p) in vis]
         assert masters and all(opt.optimizer.state[m]["step"] == 2 for m in masters)
+
+
+def test_compiled_blocks_compute_what_the_plain_blocks_compute():
+    """``compile_blocks`` (torch.compile of every vision block and decoder layer) changes kernels, not maths:
+    outputs and every gradient as the plain forward's, the same model switched back runs plain again, and the
+    graphs it built are counted."""
+    model = build_model("tiny", "cpu", seed=0)
+    grid = torch.tensor([[1, 8, 12], [1, 6, 6]])
+    pv = torch.randn(int(grid.prod(-1).sum()), 1536, generator=torch.Generator().manual_seed(1))
+    vis = (grid.prod(-1) // 4).tolist()
+    ids = torch.full((1, 8 + sum(vis) + 4), 100)
+    ids[0, 3 : 3 + vis[0]] = IMAGE_TOKEN_ID
+    ids[0, 5 + vis[0] : 5 + vis[0] + vis[1]] = IMAGE_TOKEN_ID
+    pos = mrope_position_ids(model, {"input_ids": ids, "visual_inputs": {"pixel_values": pv, "image_grid_thw": grid}})
+    kw = kernels.vision_kwargs(model.model.visual, grid)
+    weights = torch.randn(
+        1, ids.shape[1], model.config.text_config.hidden_size, generator=torch.Generator().manual_seed(2)
+    )
+
+    def run():
+        model.zero_grad()
+        with kernels.host_segments(kw["image_cu_seqlens"].tolist()):
+            out = model.model(input_ids=ids, position_ids=pos, pixel_values=pv, image_grid_thw=grid, **kw)
+        (out.last_hidden_state * weights).sum().backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        return out.last_hidden_state.detach(), grads
+
+    ref, ref_grads = run()
+    n_blocks = len(model.model.visual.blocks) + len(model.model.language_model.layers)
+    assert kernels.compile_blocks(model, "none") == 0
+    assert kernels.compile_blocks(model, "all") == n_blocks
+    before = kernels.compile_counters()["unique_graphs"]
+    kernels.set_compiled("all")
+    out, grads = run()
+    assert kernels.compile_counters()["unique_graphs"] > before  # it did compile
+    assert torch.allclose(out, ref, rtol=1e-4, atol=1e-5)
+    assert len(grads) == len(ref_grads)
+    for g, r in zip(grads, ref_grads):
+        assert float((g - r).norm()) <= 1e-4 * float(r.norm()) + 1e-6
+    kernels.set_compiled("none")
+    plain, _ = run()
+    assert torch.equal(plain, ref)  # switched off: the plain forward, bit for bit
+    kernels.set_compiled("all")
+    with pytest.raises(ValueError, match="compile parts"):
+        kernels.compile_blocks(model, "everything")

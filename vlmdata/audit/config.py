@@ -35,7 +35,7 @@ from vlmdata import sample_data_path
 from vlmdata.audit.defaults import DEVICE_DEFAULTS
 from vlmdata.audit.guard import check_device_name
 from vlmdata.audit.inputs import SOURCES, AuditError, check_loader_options, check_sources
-from vlmdata.audit.model_config import ATTENTION, PRESETS
+from vlmdata.audit.model_config import ATTENTION, COMPILE_PARTS, PRESETS
 from vlmdata.audit.run_spec import PARALLEL_FIELDS, RECOMPUTE, SEQ_POLICIES
 from vlmdata.audit.verdict import DEFAULT_THRESHOLD, PROXY_TOLERANCE
 from vlmdata.errors import OptionsError
@@ -69,7 +69,13 @@ _POSITIVE = (  # integer settings >= 1 when given
     *("seq_length", "micro_batch_size", "global_batch_size", *PARALLEL_FIELDS, "slice_layers"),
     *("min_steps", "max_steps", "block"),
 )
-_CHOICES = {"seq_policy": SEQ_POLICIES, "recompute": RECOMPUTE, "logits": LOGITS, "preset": tuple(PRESETS)}
+_CHOICES = {
+    "compile": COMPILE_PARTS,
+    "seq_policy": SEQ_POLICIES,
+    "recompute": RECOMPUTE,
+    "logits": LOGITS,
+    "preset": tuple(PRESETS),
+}
 _LOADER_DEFAULTS = LoaderOptions()
 
 
@@ -108,6 +114,7 @@ class AuditConfig:
         None  # decoder layers measured; None: the whole model if it fits, else DeepStack + 2 (>= 4)
     )
     attention: str = "varlen"  # "varlen" (vlmdata.audit.kernels) or "sdpa" (transformers' path)
+    compile: str | None = None  # blocks through torch.compile: none|vision|decoder|all (None: the device's default)
     logits: str | None = None  # "all" | "loss"
     # the user's run (RunSpec); None: from bridge_config, else the device default
     bridge_config: str | None = None
@@ -165,6 +172,9 @@ class AuditConfig:
 
     def resolved_logits(self) -> str:
         return self.logits or self.defaults()["logits"]
+
+    def resolved_compile(self) -> str:
+        return self.compile or self.defaults()["compile"]
 
     def resolved_real(self) -> str:
         return self.real or default_real()

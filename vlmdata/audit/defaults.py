@@ -17,6 +17,7 @@ DEVICE_DEFAULTS: dict[str, dict[str, Any]] = {
         "budget_s": 120.0,
         "logits": "loss",  # the 151,936-row vocabulary dominates a tiny model's step
         "warmup": 0,  # no loader workers on CPU
+        "compile": "none",  # inductor's CPU compile of a tiny model costs more than the demo's whole run
     },
     "cuda": {
         "preset": "h200",
@@ -31,5 +32,8 @@ DEVICE_DEFAULTS: dict[str, dict[str, Any]] = {
         # warm-up cost 35-90 ms more than the rest (loader workers filling their queues), moving short audits'
         # imagefree/real by up to 8% (docs/RESULTS.md)
         "warmup": 1,
+        # the decoder layers and vision blocks through torch.compile, as Transformer Engine's fused kernels
+        # in Bridge: the whole h200 step 1.33x faster, its vision forward 1.31x (docs/reference-workload.md)
+        "compile": "all",
     },
 }

@@ -41,6 +41,7 @@ VIDEO_TOKEN_ID = 151_656  # <|video_pad|>
 VISION_START_TOKEN_ID = 151_652  # <|vision_start|>
 VISION_END_TOKEN_ID = 151_653  # <|vision_end|>
 PAD_TOKEN_ID = 151_643  # <|endoftext|>, Qwen's pad token
+COMPILE_PARTS = ("none", "vision", "decoder", "all")  # the reference model's blocks run through torch.compile
 ATTENTION = ("varlen", "sdpa")  # the reference model's attention: vlmdata.audit.kernels' varlen, or transformers' sdpa
 
 _VISION_COMMON = dict(

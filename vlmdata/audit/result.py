@@ -20,6 +20,7 @@ import transformers
 
 from vlmdata import __version__
 from vlmdata.audit.inputs import REAL, AuditError
+from vlmdata.audit.kernels import compile_counters
 from vlmdata.audit.straggler_model import Sample, calibrate, fit_cost_model, simulate
 
 __all__ = ["DP_SIZES", "environment", "header", "sources_result", "straggler_model", "measurement", "iter_records"]
@@ -169,6 +170,23 @@ def measurement(run: Any, stop: Any, rounds: Any, warm: Any, done: int, why: str
         "total_seconds": seconds["total"],
         "load_average_end": _load(),
         "gc": rounds.collector.describe(),
+        "compile": _compile_summary(run, rounds),
+    }
+
+
+def _compile_summary(run, rounds) -> dict | None:
+    """Which blocks ran through torch.compile, the graphs it holds and how many it built inside timed steps."""
+    d = run.workload.describe() or {}
+    parts = (d.get("options") or {}).get("compile")
+    if not parts or parts == "none":
+        return None
+    return {
+        "parts": parts,
+        "blocks": d.get("compiled_blocks"),
+        "graphs": compile_counters().get("unique_graphs"),
+        "graphs_in_timed_steps": int(
+            sum(r.get("graphs_compiled_in_step") or 0 for recs in rounds.records.values() for r in recs)
+        ),
     }
 
 

@@ -11,7 +11,8 @@ the stop rule decides (``StopRule.reason``). Per global step::
     per-micro-batch device times and shapes, FLOPs (computed outside the timed region), first-seen
     shape items (expected 0), census_match, sample keys (for the pairing check), the wall-clock start
     (``started_unix``, to line steps up with outside logs such as the GPU's clocks) and the milliseconds of
-    garbage collection that ran inside the step (``gc_in_step_ms``; 0 under manual collection).
+    garbage collection that ran inside the step (``gc_in_step_ms``; 0 under manual collection) and the
+    graphs ``torch.compile`` built inside it (``graphs_compiled_in_step``; expected 0: the warm-up compiles).
 
 A source that runs out of memory is a result (``run.oom``), not a crash: its records are dropped and the
 rounds go on without it. ``global_record`` sums a global step's micro-batches into one record; a slice's
@@ -29,6 +30,7 @@ import torch
 from vlmdata.audit.census import Sources
 from vlmdata.audit.collector import Collector
 from vlmdata.audit.compose import compose_record
+from vlmdata.audit.kernels import compile_counters
 from vlmdata.audit.live_loaders import LiveLoaders
 from vlmdata.audit.metrics import FLOP_FIELDS, SUMMED
 from vlmdata.audit.stop import StopRule
@@ -105,6 +107,7 @@ class MeasuredRounds:
         parts, keys, wait_kind = [], [], "steady"
         started = time.time()  # wall clock, to line the step up with outside logs (e.g. the GPU's clocks)
         gc_before = len(self.collector.in_step)
+        graphs_before = compile_counters().get("unique_graphs", 0)
         with self.collector.timed_step():  # counts any garbage collection that runs inside the step
             t0 = run.clock()
             run.workload.begin_step(n_micro)
@@ -128,6 +131,7 @@ class MeasuredRounds:
         rec = global_record(shapes, r, step=k, rnd=self.rounds, step_ms=(t2 - t0) * 1e3, wait_kind=wait_kind, keys=keys)
         rec["started_unix"] = started
         rec["gc_in_step_ms"] = sum(ms for _, ms in self.collector.in_step[gc_before:])
+        rec["graphs_compiled_in_step"] = compile_counters().get("unique_graphs", 0) - graphs_before
         return compose_record(rec, run.comp)
 
     def _micro_part(self, name: str, p: dict) -> dict:

@@ -116,6 +116,7 @@ def reference_workload(plan: AuditPlan, dist=None):
         "freeze_vision_projection": run.freeze_vision_projection,
         "recompute": run.recompute,
         "attention": cfg.attention,
+        "compile": cfg.resolved_compile(),
         **cfg.workload_options,
     }
     logits = cfg.resolved_logits()

@@ -22,7 +22,9 @@ The reference workload takes the tuning decisions a sweep varies (``WORKLOAD_OPT
 ``freeze_language_model``, ``freeze_vision_model``, ``freeze_vision_projection`` (``apply_freeze``) and
 ``freeze_vision`` (tower and projection together), ``recompute`` ("none"; "selective": activation
 checkpointing of every attention and MoE block, decoder and vision; "full": of every whole layer and vision
-block), ``attention`` ("varlen": ``vlmdata.audit.kernels``; "sdpa": transformers' per-image path) and, under
+block), ``attention`` ("varlen": ``vlmdata.audit.kernels``; "sdpa": transformers' per-image path), ``compile``
+("none", "vision", "decoder", "all": those blocks' forwards through ``torch.compile``,
+``kernels.compile_blocks``; the audit's CUDA default is "all") and, under
 torchrun, ``parallel`` ("ddp": replicated weights, gradients averaged once per global step; "fsdp": PyTorch
 FSDP2 ``fully_shard`` of every decoder layer and vision block, fp32 sharded weights computed in bf16,
 gradients reduce-scattered in fp32 on the last micro-batch).
@@ -37,7 +39,7 @@ from vlmdata.audit.batch_shapes import batch_shape, materialize, shape_items  # 
 from vlmdata.audit.distributed import GradAllReduce, shard_fsdp
 from vlmdata.audit.flops import step_flops
 from vlmdata.audit.inputs import AuditError
-from vlmdata.audit.kernels import kernel_name
+from vlmdata.audit.kernels import compile_blocks, kernel_name
 from vlmdata.audit.model import build_model, model_summary
 from vlmdata.audit.run_spec import RECOMPUTE
 from vlmdata.audit.step import LossForward, TrainStep
@@ -135,6 +137,7 @@ class ReferenceWorkload:
         recompute: str = "none",
         parallel: str = "ddp",
         attention: str = "varlen",
+        compile: str = "none",
         layers: int | None = None,
         experts: int | None = None,
     ):
@@ -158,6 +161,7 @@ class ReferenceWorkload:
             "freeze_vision_projection": bool(freeze_vision_projection or freeze_vision),
         }
         apply_freeze(self.model, **freeze)
+        self.compiled_blocks = compile_blocks(self.model, compile)  # before recompute wraps the forwards
         self.recomputed = apply_recompute(self.model, recompute)
         self.summary = model_summary(self.model)
         self.config, self.logits = self.model.config, logits
@@ -167,6 +171,7 @@ class ReferenceWorkload:
             **freeze,
             "recompute": recompute,
             "attention": attention,
+            "compile": compile,
             "parallel": parallel if dist is not None and dist.world_size > 1 else None,
         }
         sync, optimizer, forward = None, None, None
@@ -218,6 +223,7 @@ class ReferenceWorkload:
             "model": self.summary,
             "options": self.options,
             "recomputed_modules": self.recomputed,
+            "compiled_blocks": self.compiled_blocks,
             "attention_kernel": kernel_name(self.step.device) if self.options["attention"] == "varlen" else "sdpa",
         }
 

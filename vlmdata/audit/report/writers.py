@@ -76,6 +76,18 @@ def _method_line(report: dict) -> str:
         f"its loader started; load average {_loads(report.get('environment', {}).get('load_average'))} at the "
         f"start, {_loads(m.get('load_average_end'))} at the end."
         + (f" {gc_line}" if (gc_line := describe_line(m.get("gc"))) else "")
+        + _compile_line(m.get("compile"))
+    )
+
+
+def _compile_line(c: dict | None) -> str:
+    if not c:
+        return ""
+    what = {"all": "decoder layers and vision blocks", "decoder": "decoder layers", "vision": "vision blocks"}
+    parts = str(c.get("parts"))
+    return (
+        f" torch.compile: {c.get('blocks')} {what.get(parts, parts)} ({c.get('graphs')} graphs, "
+        f"compiled during the warm-up; {c.get('graphs_in_timed_steps')} inside timed steps)."
     )
 
 

@@ -12,7 +12,7 @@ from vlmdata.audit.defaults import DEVICE_DEFAULTS
 from vlmdata.audit.guard import check_report_dir
 from vlmdata.audit.inputs import ALL_SOURCES, SOURCES
 from vlmdata.audit.logs import compare_logs
-from vlmdata.audit.model_config import ATTENTION, PRESETS
+from vlmdata.audit.model_config import ATTENTION, COMPILE_PARTS, PRESETS
 from vlmdata.audit.report import write_report
 from vlmdata.audit.run_spec import PARALLEL_FIELDS, RECOMPUTE, SEQ_POLICIES
 from vlmdata.audit.verdict import DEFAULT_THRESHOLD
@@ -63,7 +63,7 @@ seq_length, GPU count or model differ, unless --allow-mismatch. Short runs (a 10
 work, but with fewer than five logged intervals after warm-up there is no confidence interval: UNDECIDED."""
 GIVEN = (  # AuditConfig fields whose flag carries the value as it is (None: not given)
     *("real", "profile", "device", "seed", "step", "preset", "model_config", "bridge_config", "slice_layers"),
-    *("attention", "logits", "seq_length", "micro_batch_size", "global_batch_size", *PARALLEL_FIELDS),
+    *("attention", "compile", "logits", "seq_length", "micro_batch_size", "global_batch_size", *PARALLEL_FIELDS),
     *("freeze_language_model", "freeze_vision_model", "freeze_vision_projection", "recompute", "link_gbps"),
     *("manual_gc", "manual_gc_interval"),
     *("num_workers", "warmup", "budget_s", "precision", "threshold"),
@@ -83,6 +83,7 @@ HELP = {  # the audit's flags (dest -> help); every default quoted comes from th
     "recompute": "activation recompute of the run (default none)",
     "manual_gc": "Python's garbage collector as Bridge's train.manual_gc: off during the timed steps, a collection between them (default: on, as Bridge's recipes); --no-manual-gc leaves the automatic collector running inside the steps",
     "manual_gc_interval": "Bridge's train.manual_gc_interval: steps between Bridge's collections, for the amortised cost the report states (default 100, the recipes'; 0: none)",
+    "compile": f"run the reference model's blocks through torch.compile (inductor): none, vision (the vision tower's blocks), decoder (the decoder layers) or all, as Transformer Engine's fused kernels in Bridge; compiled during the warm-up (default {CPU['compile']} on CPU, {GPU['compile']} on CUDA)",
     "attention": f"reference model attention: varlen (packed variable-length flash kernels) or sdpa (transformers' per-image path); default {A.attention}",
     "link_gbps": f"per-GPU all-to-all bandwidth in GB/s for the modelled expert-parallel term (default {A.link_gbps:g})",
     "seq_length": f"the run's seq_length (default {CPU['seq_length']} CPU / {GPU['seq_length']} CUDA)",
@@ -135,6 +136,7 @@ def _run_arguments(p) -> None:
     p.add_argument("--manual-gc", action=argparse.BooleanOptionalAction, default=None, help=HELP["manual_gc"])
     p.add_argument("--manual-gc-interval", type=non_negative_int, metavar="N", help=HELP["manual_gc_interval"])
     p.add_argument("--attention", choices=ATTENTION, help=HELP["attention"])
+    p.add_argument("--compile", choices=COMPILE_PARTS, help=HELP["compile"])
     p.add_argument("--link-gbps", type=float, help=HELP["link_gbps"])
     p.add_argument("--seq-length", type=positive_int, help=HELP["seq_length"])
     p.add_argument("--micro-batch-size", type=positive_int, help=HELP["micro_batch_size"])
