@@ -34,14 +34,20 @@ def tiny():
     return build_model("tiny", "cpu", seed=0)
 
 
-def test_fast_path_equals_transformers_sdpa(tiny):
+def _two_image_row(model):
+    """One row with two images (8x12 and 6x6 patches) and its MRoPE positions: (ids, pos, pixels, grid)."""
     grid = torch.tensor([[1, 8, 12], [1, 6, 6]])
     pv = torch.randn(int(grid.prod(-1).sum()), 1536, generator=torch.Generator().manual_seed(1))
     vis = (grid.prod(-1) // 4).tolist()
     ids = torch.full((1, 8 + sum(vis) + 4), 100)
     ids[0, 3 : 3 + vis[0]] = IMAGE_TOKEN_ID
     ids[0, 5 + vis[0] : 5 + vis[0] + vis[1]] = IMAGE_TOKEN_ID
-    pos = mrope_position_ids(tiny, {"input_ids": ids, "visual_inputs": {"pixel_values": pv, "image_grid_thw": grid}})
+    pos = mrope_position_ids(model, {"input_ids": ids, "visual_inputs": {"pixel_values": pv, "image_grid_thw": grid}})
+    return ids, pos, pv, grid
+
+
+def test_fast_path_equals_transformers_sdpa(tiny):
+    ids, pos, pv, grid = _two_image_row(tiny)
     with torch.no_grad():
         kernels.use_sdpa(tiny.config)
         kernels.set_fused_norm(False)
@@ -111,13 +117,7 @@ def test_compiled_blocks_compute_what_the_plain_blocks_compute():
     outputs and every gradient as the plain forward's, the same model switched back runs plain again, and the
     graphs it built are counted."""
     model = build_model("tiny", "cpu", seed=0)
-    grid = torch.tensor([[1, 8, 12], [1, 6, 6]])
-    pv = torch.randn(int(grid.prod(-1).sum()), 1536, generator=torch.Generator().manual_seed(1))
-    vis = (grid.prod(-1) // 4).tolist()
-    ids = torch.full((1, 8 + sum(vis) + 4), 100)
-    ids[0, 3 : 3 + vis[0]] = IMAGE_TOKEN_ID
-    ids[0, 5 + vis[0] : 5 + vis[0] + vis[1]] = IMAGE_TOKEN_ID
-    pos = mrope_position_ids(model, {"input_ids": ids, "visual_inputs": {"pixel_values": pv, "image_grid_thw": grid}})
+    ids, pos, pv, grid = _two_image_row(model)
     kw = kernels.vision_kwargs(model.model.visual, grid)
     weights = torch.randn(
         1, ids.shape[1], model.config.text_config.hidden_size, generator=torch.Generator().manual_seed(2)
