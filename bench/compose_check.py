@@ -107,6 +107,7 @@ def check(args) -> dict:
         seq_length=args.seq_length,
         seq_policy=args.seq_policy,
         global_batch_size=args.global_batch_size,
+        compile=args.compile,
         real=args.real,
         loader_options=dict(json.loads(args.loader_options)) if args.loader_options else {},
     )
@@ -207,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the audit's padding policy (max: every micro-batch at seq_length, a device-bound step on the H200)",
     )
     ap.add_argument("--global-batch-size", type=int, default=None)
+    ap.add_argument("--compile", default=None, help="none|vision|decoder|all (default: the audit's, all on CUDA)")
     ap.add_argument("--real", default=None, help="real shards (default: the embedded sample data)")
     ap.add_argument("--loader-options", default=None, help="JSON object of loader options")
     ap.add_argument("--out", default=None, help="folder for compose_check.json")
