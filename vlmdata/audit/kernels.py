@@ -118,10 +118,10 @@ def host_segments(*cu_lists: list[int]):
         _SEGMENTS = before
 
 
-def _flags(*conds) -> tuple[bool, ...]:
-    """Plain bools from shape comparisons: under ``torch.compile`` a comparison of traced sizes is a SymBool,
+def _flag(cond) -> bool:
+    """A plain bool from a shape comparison: under ``torch.compile`` a comparison of traced sizes is a SymBool,
     which SDPA's flag arguments do not take; an ``if`` on it specialises (a guard) and yields a bool."""
-    return tuple(True if c else False for c in conds)
+    return True if cond else False
 
 
 def _per_segment(q, k, v, cu: list[int], causal: bool, scale: float | None) -> torch.Tensor:
@@ -132,7 +132,7 @@ def _per_segment(q, k, v, cu: list[int], causal: bool, scale: float | None) -> t
             continue
         qs, ks, vs = (x[s:e].transpose(0, 1).unsqueeze(0) for x in (q, k, v))
         o = F.scaled_dot_product_attention(
-            qs, ks, vs, is_causal=causal, scale=scale, enable_gqa=_flags(ks.shape[1] != qs.shape[1])[0]
+            qs, ks, vs, is_causal=causal, scale=scale, enable_gqa=_flag(ks.shape[1] != qs.shape[1])
         )
         outs.append(o[0].transpose(0, 1))
     return torch.cat(outs, 0) if outs else q.new_zeros(q.shape)
@@ -209,10 +209,10 @@ def attention_forward(
     if attention_mask is not None and attention_mask.ndim == 4:
         mask = attention_mask[:, :, :, : key.shape[-2]]
         out = F.scaled_dot_product_attention(
-            query, key, value, attn_mask=mask, scale=scaling, enable_gqa=_flags(key.shape[1] != query.shape[1])[0]
+            query, key, value, attn_mask=mask, scale=scaling, enable_gqa=_flag(key.shape[1] != query.shape[1])
         )
     else:
-        is_causal, gqa = _flags(causal and query.shape[2] > 1, key.shape[1] != query.shape[1])
+        is_causal, gqa = _flag(causal and query.shape[2] > 1), _flag(key.shape[1] != query.shape[1])
         out = F.scaled_dot_product_attention(query, key, value, is_causal=is_causal, scale=scaling, enable_gqa=gqa)
     return out.transpose(1, 2).contiguous(), None
 
@@ -252,6 +252,13 @@ _COMPILE_ON = {"vision", "decoder"}  # the parts whose patched blocks run compil
 _COMPILED: dict[type, Any] = {}  # one compiled forward per block class, shared by every block of it
 
 
+def _parts(parts: str) -> tuple[str, ...]:
+    """The block kinds a ``COMPILE_PARTS`` value names ("all": both, "none": neither)."""
+    if parts not in COMPILE_PARTS:
+        raise ValueError(f"compile parts must be one of {COMPILE_PARTS}, got {parts!r}")
+    return {"all": ("vision", "decoder"), "none": ()}.get(parts, (parts,))
+
+
 def _blocks(model, part: str) -> list[torch.nn.Module]:
     inner = getattr(model, "model", model)
     if part == "vision":
@@ -284,15 +291,13 @@ def compile_blocks(model, parts: str = "all") -> int:
     """
     import types
 
-    if parts not in COMPILE_PARTS:
-        raise ValueError(f"compile parts must be one of {COMPILE_PARTS}, got {parts!r}")
-    if parts == "none":
+    chosen = _parts(parts)
+    if not chosen:
         return 0
     import torch._dynamo
 
     # every block of a class shares one compiled forward; give it room for the shapes' specialisations
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-    chosen = ("vision", "decoder") if parts == "all" else (parts,)
     n = 0
     for part in chosen:
         for block in _blocks(model, part):
@@ -306,9 +311,7 @@ def set_compiled(parts: str) -> None:
     """Which of ``compile_blocks``' patched blocks run compiled (``COMPILE_PARTS``; for before/after
     measurements: the others run their plain forward)."""
     global _COMPILE_ON
-    if parts not in COMPILE_PARTS:
-        raise ValueError(f"compile parts must be one of {COMPILE_PARTS}, got {parts!r}")
-    _COMPILE_ON = {"all": {"vision", "decoder"}, "none": set()}.get(parts, {parts})
+    _COMPILE_ON = set(_parts(parts))
 
 
 def compile_counters() -> dict[str, int]:
