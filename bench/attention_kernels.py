@@ -1,16 +1,25 @@
 """Vision-tower attention and RMSNorm kernels at the reference model's real shapes (GPU).
 
-    python bench/attention_kernels.py [--micro 16] [--rounds 5] [--out DIR]
+    python bench/attention_kernels.py [--micro 16] [--rounds 5] [--layers 27] [--out DIR]
 
 The image grids of ``--micro`` real micro-batches of the embedded sample data (micro-batch 2, Bridge's pixel
 limits), Qwen3-VL-30B-A3B's vision attention shape (16 heads of 72, bf16). Contenders, interleaved in
-rotating order over ``--rounds`` rounds (each a pass over the micro-batches, forward and backward, device
-time by CUDA events; every shape run once before timing, so one-off plan costs are excluded):
+rotating order over ``--rounds`` rounds; each round is a pass over the micro-batches with every micro-batch's
+attention run ``--layers`` times back to back (as the tower's blocks run it), forward then forward+backward,
+timed by one pair of CUDA events around the whole pass: the device's queue stays full, so launch latency
+does not count (it did before 2026-12-03, when each micro-batch was timed alone after a sync: those figures,
+44-67 TFLOP/s, were mostly launch latency). Every shape is run once before timing (cuDNN plans).
 
 - ``varlen``: ``torch.nn.attention.varlen.varlen_attn`` over each micro-batch's packed images (flash);
-- ``varlen-pad128``: the same with the head dim zero-padded to 128 (flash's best-tuned size);
-- ``per-image {default,cudnn,flash,efficient}``: one ``scaled_dot_product_attention`` call per image, split
-  by host-known lengths (no device sync), with torch's default backend choice or one forced.
+- ``varlen-cudnn``: the same packed sequence in one cuDNN call with ragged offsets
+  (``vlmdata.audit.kernels``' "varlen_cudnn": what Transformer Engine's fused attention runs for Bridge);
+- ``varlen-pad128``: flash with the head dim zero-padded to 128;
+- ``per-image {default,cudnn,flash}``: one ``scaled_dot_product_attention`` call per image, split by
+  host-known lengths (no device sync), torch's default backend choice or one forced.
+
+Correctness: each contender's output and q/k/v gradients on the first micro-batch against an fp32
+per-image reference (relative error). Host time per pass (wall) is printed beside the device time: a
+contender whose host time exceeds its device time would be launch-bound in the model.
 
 Then RMSNorm over the decoder's shapes (8192 x 2048 hidden states, 8192 x 32 x 128 q-norm): transformers'
 module (fp32 statistics, ~7 kernels) against torch's ``F.rms_norm``, forward and backward. Prints
@@ -24,6 +33,7 @@ import json
 import os
 import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +41,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from vlmdata import sample_data_path  # noqa: E402
+from vlmdata.audit import kernels  # noqa: E402
 from vlmdata.loaders.api import make_loader  # noqa: E402
 from vlmdata.loaders.options import LoaderOptions  # noqa: E402
 
@@ -60,6 +71,11 @@ def varlen(q, k, v, cu, lengths, pad=None):
     return varlen_attn(q, k, v, cu, cu, m, m)
 
 
+def varlen_cudnn(q, k, v, cu, lengths):
+    kernels.set_segment_mode("varlen_cudnn")
+    return kernels.varlen_attention(q, k, v, cu, max(lengths), causal=False)
+
+
 def per_image(q, k, v, cu, lengths, backend=None):
     outs = []
     for qs, ks, vs in zip(*(torch.split(x, lengths) for x in (q, k, v))):
@@ -75,30 +91,55 @@ def per_image(q, k, v, cu, lengths, backend=None):
 
 CONTENDERS = {
     "varlen": lambda *a: varlen(*a),
+    "varlen-cudnn": lambda *a: varlen_cudnn(*a),
     "varlen-pad128": lambda *a: varlen(*a, pad=128),
     "per-image default": lambda *a: per_image(*a),
     "per-image cudnn": lambda *a: per_image(*a, backend=SDPBackend.CUDNN_ATTENTION),
     "per-image flash": lambda *a: per_image(*a, backend=SDPBackend.FLASH_ATTENTION),
-    "per-image efficient": lambda *a: per_image(*a, backend=SDPBackend.EFFICIENT_ATTENTION),
 }
 
 
-def timed(fn, inputs) -> tuple[float, float]:
-    """(forward ms, backward ms) over all micro-batches, CUDA events."""
-    f = b = 0.0
+def timed(fn, inputs, grads, layers: int) -> tuple[float, float, float]:
+    """(forward ms, backward ms, host ms of the forward+backward pass) over all micro-batches, each run
+    ``layers`` times, with one pair of CUDA events per pass (the queue stays full)."""
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    with torch.no_grad():
+        for args in inputs:
+            for _ in range(layers):
+                fn(*args)
+    e1.record()
+    torch.cuda.synchronize()
+    fwd = e0.elapsed_time(e1)
+    t = time.perf_counter()
+    e0.record()
+    for args, g in zip(inputs, grads):
+        for _ in range(layers):
+            fn(*args).backward(g)
+    e1.record()
+    host = (time.perf_counter() - t) * 1e3
+    torch.cuda.synchronize()
     for args in inputs:
-        e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        e0.record()
-        out = fn(*args)
-        e1.record()
-        out.backward(torch.ones_like(out))
-        e2.record()
-        torch.cuda.synchronize()
-        f += e0.elapsed_time(e1)
-        b += e1.elapsed_time(e2)
         for x in args[:3]:
             x.grad = None
-    return f, b
+    return fwd, e0.elapsed_time(e1) - fwd, host
+
+
+def check(fn, args, g) -> dict:
+    """Relative errors of the output and q/k/v gradients against an fp32 per-image reference."""
+    q, k, v, cu, lengths = args
+    leaves = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+    out = fn(*leaves, cu, lengths)
+    out.backward(g)
+    ref_leaves = [x.detach().float().clone().requires_grad_(True) for x in (q, k, v)]
+    ref = per_image(*ref_leaves, cu, lengths, backend=SDPBackend.MATH)
+    ref.backward(g.float())
+
+    def rel(a, b):
+        return float((a.float() - b).norm() / b.norm())
+
+    return {"out": rel(out, ref), **{f"d{n}": rel(a.grad, b.grad) for n, a, b in zip("qkv", leaves, ref_leaves)}}
 
 
 def rms_bench(dev, rounds: int) -> dict:
@@ -133,42 +174,50 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--micro", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=27, help="times each micro-batch's attention runs per pass")
     ap.add_argument("--out")
     args = ap.parse_args()
     dev = torch.device("cuda")
+    print("torch", torch.__version__, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name())
     gs = grids(args.micro)
     inputs = [(*make(g, dev), g) for g in gs]
-    flops = sum(4 * D * H * sum(n * n for n in g) for g in gs)
-    names = list(CONTENDERS)
-    for n in names:  # one-off costs (cuDNN plans) before timing
-        timed(CONTENDERS[n], inputs)
+    grads = [torch.randn_like(x[0]) for x in inputs]
+    flops = args.layers * sum(4 * D * H * sum(n * n for n in g) for g in gs)
+    names, errors = [], {}
+    for n in CONTENDERS:  # correctness, then one-off costs (cuDNN plans) before timing
+        try:
+            errors[n] = check(CONTENDERS[n], inputs[0], grads[0])
+            timed(CONTENDERS[n], inputs, grads, 1)
+            names.append(n)
+        except Exception as e:  # a backend that cannot run these shapes here: said, not timed
+            errors[n] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        print(f"{n:20s} rel err vs fp32 {json.dumps(errors[n])}")
     res = {n: [] for n in names}
     for r in range(args.rounds):
         for n in names[r % len(names) :] + names[: r % len(names)]:
-            res[n].append(timed(CONTENDERS[n], inputs))
-    ref = CONTENDERS["per-image default"](*inputs[0])
+            res[n].append(timed(CONTENDERS[n], inputs, grads, args.layers))
     print(
-        f"{args.micro} micro-batches, {sum(len(g) for g in gs)} images, {sum(map(sum, gs))} patches; load {os.getloadavg()}"
+        f"{args.micro} micro-batches x {args.layers} layers, {sum(len(g) for g in gs)} images, "
+        f"{sum(map(sum, gs))} patches; load {os.getloadavg()}"
     )
     print(
-        f"{'contender':22s} {'fwd ms min/med/max':>22s} {'bwd ms med':>10s} {'fwd TF/s':>8s} {'bwd TF/s':>8s}  rel err"
+        f"{'contender':20s} {'fwd ms min/med/max':>24s} {'bwd ms med':>10s} {'host ms':>8s} {'fwd TF/s':>8s} {'bwd TF/s':>8s}"
     )
     summary = {}
     for n in names:
-        fw = [f for f, _ in res[n]]
-        bw = [b for _, b in res[n]]
-        err = float((CONTENDERS[n](*inputs[0]).float() - ref.float()).norm() / ref.float().norm())
-        summary[n] = {"fwd_ms": fw, "bwd_ms": bw, "rel_err": err}
+        fw, bw, host = ([x[i] for x in res[n]] for i in range(3))
+        summary[n] = {"fwd_ms": fw, "bwd_ms": bw, "host_fwd_bwd_ms": host, "rel_err": errors[n]}
         print(
-            f"{n:22s} {min(fw):6.2f} / {statistics.median(fw):6.2f} / {max(fw):6.2f} {statistics.median(bw):10.2f} "
-            f"{flops / statistics.median(fw) / 1e9:8.0f} {2.5 * flops / statistics.median(bw) / 1e9:8.0f}  {err:.1e}"
+            f"{n:20s} {min(fw):7.2f} / {statistics.median(fw):7.2f} / {max(fw):7.2f} {statistics.median(bw):10.2f} "
+            f"{statistics.median(host):8.1f} {flops / statistics.median(fw) / 1e9:8.0f} "
+            f"{2.5 * flops / statistics.median(bw) / 1e9:8.0f}"
         )
     rms = rms_bench(dev, args.rounds)
     print("rms_norm fwd+bwd ms [min, median, max]:", json.dumps(rms))
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "attention_kernels.json"), "w") as f:
-            json.dump({"attention": summary, "rms_norm": rms, "grids": gs}, f, indent=1)
+            json.dump({"attention": summary, "errors": errors, "rms_norm": rms, "grids": gs}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 # GPU evidence for the audit-fidelity work (issue 19), on the lent H200 machine, in one call:
 #   bash bench/gpu_fidelity.sh OUTDIR STAGE...
 # STAGE: kernels (bench/kernels.py: attention before/after, stage TFLOP/s, profile, new-shape costs)
+#        attention (bench/attention_kernels.py: the vision attention kernels alone, queue full, with their errors)
+#        compiled  (bench/kernels.py --compiled-check: plain and compiled bf16 against fp32, small preset)
 #        smoke   (a 2-step default audit and a 2-step Qwen3-VL-30B-A3B slice audit, imagefree vs real)
 #        audit-ORDER-N   (the default GPU audit, ORDER fwd|rev, repeat N)
 #        a3b-ORDER-N     (the Qwen3-VL-30B-A3B SFT recipe from its Bridge config: the default slice of its 3
@@ -37,12 +39,17 @@ for stage in "$@"; do
   IFS=- read -r kind order rep <<< "$stage"
   src=$FWD; [ "${order:-fwd}" = rev ] && src=$REV
   case $kind in
-    check) timeout 400 python3 bench/compose_check.py --device cuda --slice-layers 4 --rounds "${CHECK_ROUNDS:-8}" \
-             --sources "${CHECK_SOURCES:-imagefree,real}" ${CHECK_POLICY:+--seq-policy $CHECK_POLICY} \
+    check) timeout "${CHECK_TIMEOUT:-400}" python3 bench/compose_check.py --device cuda --slice-layers 4 --rounds "${CHECK_ROUNDS:-8}" \
+             --sources "${CHECK_SOURCES:-$([ "${order:-fwd}" = rev ] && echo real,imagefree || echo imagefree,real)}" \
+             ${CHECK_POLICY:+--seq-policy $CHECK_POLICY} \
              --out "$OUTDIR/compose-$stage${CHECK_POLICY:+-$CHECK_POLICY}" 2>&1 | tail -20 ;;
     kernels) timeout "${KERNELS_TIMEOUT:-400}" python3 bench/kernels.py --preset h200 --micro 16 --rounds 3 --profile \
                ${KERNELS_ARGS:-} --out "$OUTDIR/kernels" > "$OUTDIR/kernels.log" 2>&1
              echo "kernels: exit $?"; grep -E "^(contender|today|sdpa|varlen|perimage|warm-up|compiled|correctness|one-off|load|torch|Traceback|[A-Za-z]*Error)" "$OUTDIR/kernels.log" | cut -c1-600 ;;
+    attention) timeout "${ATTN_TIMEOUT:-200}" python3 bench/attention_kernels.py --out "$OUTDIR/attention" \
+                 > "$OUTDIR/attention.log" 2>&1; echo "attention: exit $?"; grep -vE "^\s*$" "$OUTDIR/attention.log" | cut -c1-300 | tail -14 ;;
+    compiled) timeout 200 python3 bench/kernels.py --compiled-check > "$OUTDIR/compiled-check.txt" 2>&1
+              echo "compiled: exit $?"; tail -3 "$OUTDIR/compiled-check.txt" | cut -c1-900 ;;
     smoke)
       run smoke-default 200 --steps 2 --sources imagefree,real
       run smoke-a3b 200 --bridge-config $A3B --steps 2 --sources imagefree,real ;;

@@ -16,7 +16,12 @@ plans, allocator), each one pass over the ``--micro`` batches:
 - ``perimage-gbs-rms``: per-image SDPA split by host-known lengths (no sync; cuDNN), fused RMSNorm;
 - ``varlen-gbs-rms-cv`` / ``-cd`` / ``-ca``: ``varlen-gbs-rms`` with the vision blocks, the decoder layers or
   both run through ``torch.compile`` (``kernels.compile_blocks``; compiled during the warm-up pass, whose
-  time is printed).
+  time is printed);
+- ``cudnn-gbs-rms-ca`` / ``perimage-gbs-rms-ca``: both compiled, the vision attention on cuDNN: one call
+  over the packed images (ragged offsets, as Transformer Engine's fused attention in Bridge), or one SDPA
+  call per image (each outside the compiled graph).
+
+``--contenders a,b,c`` runs only those (``today`` always: every speed-up is against it).
 
 Per contender: ms per micro-batch (min / median / max over rounds) and the TFLOP/s of every stage (model FLOPs
 of the part the stage runs / its device time, medians). Then, with ``--profile``, the top CUDA kernels of
@@ -36,7 +41,9 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# the repository instead of this folder: this file's name would shadow the ``kernels`` package that
+# transformers >= 5.25 imports when it finds one
+sys.path[0] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 from vlmdata import sample_data_path  # noqa: E402
 from vlmdata.audit import kernels  # noqa: E402
 from vlmdata.audit.flops import step_flops  # noqa: E402
@@ -71,9 +78,10 @@ def to_device(batch: dict, dev) -> dict:
 def set_attention(model, name: str) -> None:
     """today / sdpa-*: transformers' SDPA path and its RMSNorm; varlen-*: packed flash vision attention;
     perimage-*: per-image SDPA split on the host; *-rms: with torch's fused RMSNorm."""
-    if name.startswith(("varlen", "perimage")):
+    prefix = name.split("-")[0]
+    if prefix in ("varlen", "perimage", "cudnn"):
         kernels.use_fast_attention(model.config)
-        kernels.set_segment_mode("per_image" if name.startswith("perimage") else "varlen")
+        kernels.set_segment_mode({"perimage": "per_image", "cudnn": "varlen_cudnn"}.get(prefix, "varlen"))
     else:
         kernels.use_sdpa(model.config)
     kernels.set_fused_norm("-rms" in name)
@@ -150,7 +158,9 @@ def new_shape_costs(step: TrainStep, model, dev, k: int = 8, compiled: bool = Fa
     """Forward + backward of a one-image batch with a grid no batch had: first call vs second call (ms)."""
     g = torch.Generator().manual_seed(1)
     out = {}
-    names = ("sdpa", "varlen-rms", "perimage-rms") + (("varlen-rms-ca",) if compiled else ())
+    names = ("sdpa", "varlen-rms", "perimage-rms") + (
+        ("varlen-rms-ca", "cudnn-rms-ca", "perimage-rms-ca") if compiled else ()
+    )
     for name in names:
         set_attention(model, name)
         first, second = [], []
@@ -268,6 +278,7 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--compile", action="store_true", help="also the torch.compile contenders")
     ap.add_argument("--compiled-check", action="store_true", help="only check compiled against plain (small preset)")
+    ap.add_argument("--contenders", help="comma-separated contenders to run (default: all; today always)")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if args.out:
@@ -289,7 +300,16 @@ def main() -> None:
     names = ["today", "sdpa-gbs", "varlen-gbs", "varlen-gbs-rms", "perimage-gbs-rms"]
     if args.compile:
         print("compiled blocks:", kernels.compile_blocks(model, "all"))
-        names += ["varlen-gbs-rms-cv", "varlen-gbs-rms-cd", "varlen-gbs-rms-ca"]
+        names += [
+            "varlen-gbs-rms-cv",
+            "varlen-gbs-rms-cd",
+            "varlen-gbs-rms-ca",
+            "cudnn-gbs-rms-ca",
+            "perimage-gbs-rms-ca",
+        ]
+    if args.contenders:
+        wanted = set(args.contenders.split(","))
+        names = [n for n in names if n == "today" or n in wanted]
     warm = {}
     for name in names:  # warm every shape on both attention paths, and the optimizer (and compile)
         t = time.perf_counter()
