@@ -11,14 +11,14 @@ does not count (it did before 2026-12-03, when each micro-batch was timed alone 
 44-67 TFLOP/s, were mostly launch latency). Every shape is run once before timing (cuDNN plans).
 
 - ``varlen``: ``torch.nn.attention.varlen.varlen_attn`` over each micro-batch's packed images (flash);
-- ``varlen-cudnn``: the same packed sequence in one cuDNN call with ragged offsets
-  (``vlmdata.audit.kernels``' "varlen_cudnn": what Transformer Engine's fused attention runs for Bridge);
+- ``varlen-cudnn``: the same packed sequence in one cuDNN call with ragged offsets (what Transformer
+  Engine's fused attention runs for Bridge), through the aten ops directly (``CudnnVarlen``);
 - ``varlen-pad128``: flash with the head dim zero-padded to 128;
 - ``per-image {default,cudnn,flash}``: one ``scaled_dot_product_attention`` call per image, split by
   host-known lengths (no device sync), torch's default backend choice or one forced.
 
 Correctness: each contender's output and q/k/v gradients on the first micro-batch against an fp32
-per-image reference (relative error). Host time per pass (wall) is printed beside the device time: a
+per-image reference (relative error); a contender over ``ERROR_LIMIT`` is reported wrong and not timed. Host time per pass (wall) is printed beside the device time: a
 contender whose host time exceeds its device time would be launch-bound in the model.
 
 Then RMSNorm over the decoder's shapes (8192 x 2048 hidden states, 8192 x 32 x 128 q-norm): transformers'
@@ -41,11 +41,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from vlmdata import sample_data_path  # noqa: E402
-from vlmdata.audit import kernels  # noqa: E402
 from vlmdata.loaders.api import make_loader  # noqa: E402
 from vlmdata.loaders.options import LoaderOptions  # noqa: E402
 
 H, D = 16, 72
+ERROR_LIMIT = 0.02  # relative error against fp32 above which a contender is wrong (bf16 lands near 2e-3)
 
 
 def grids(n: int) -> list[list[int]]:
@@ -71,9 +71,32 @@ def varlen(q, k, v, cu, lengths, pad=None):
     return varlen_attn(q, k, v, cu, cu, m, m)
 
 
+class CudnnVarlen(torch.autograd.Function):
+    """The packed images in one cuDNN call with ragged offsets, forward and backward (torch's own
+    ``varlen_attn`` has this path switched off). With torch 2.11 + cuDNN 9.19 on the H200 the forward is right
+    (2e-3 from fp32) and the backward's dq and dk are not (relative errors 4e2-7e6; dv right), with
+    ``attn_bias=None``; an empty tensor there raises. Kept as a contender so a newer torch can be re-checked:
+    it is timed only when its errors pass (``ERROR_LIMIT``)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu, max_len: int):
+        res = torch.ops.aten._cudnn_attention_forward(q, k, v, None, cu, cu, max_len, max_len, True, 0.0, False, False)
+        ctx.save_for_backward(q, k, v, res[0], res[1], cu, res[6], res[7])
+        ctx.max_len = max_len
+        return res[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        q, k, v, out, lse, cu, seed, offset = ctx.saved_tensors
+        m = ctx.max_len
+        dq, dk, dv = torch.ops.aten._cudnn_attention_backward(
+            grads[0].contiguous(), q, k, v, out, lse, seed, offset, None, cu, cu, m, m, 0.0, False
+        )
+        return dq, dk, dv, None, None
+
+
 def varlen_cudnn(q, k, v, cu, lengths):
-    kernels.set_segment_mode("varlen_cudnn")
-    return kernels.varlen_attention(q, k, v, cu, max(lengths), causal=False)
+    return CudnnVarlen.apply(q, k, v, cu, max(lengths))
 
 
 def per_image(q, k, v, cu, lengths, backend=None):
@@ -137,7 +160,7 @@ def check(fn, args, g) -> dict:
     ref.backward(g.float())
 
     def rel(a, b):
-        return float((a.float() - b).norm() / b.norm())
+        return float((a.detach().float() - b.detach()).norm() / b.detach().norm())
 
     return {"out": rel(out, ref), **{f"d{n}": rel(a.grad, b.grad) for n, a, b in zip("qkv", leaves, ref_leaves)}}
 
@@ -187,8 +210,11 @@ def main() -> None:
     for n in CONTENDERS:  # correctness, then one-off costs (cuDNN plans) before timing
         try:
             errors[n] = check(CONTENDERS[n], inputs[0], grads[0])
-            timed(CONTENDERS[n], inputs, grads, 1)
-            names.append(n)
+            if max(errors[n].values()) <= ERROR_LIMIT:
+                timed(CONTENDERS[n], inputs, grads, 1)
+                names.append(n)
+            else:  # not timed: a fast wrong answer is no contender
+                errors[n]["wrong"] = True
         except Exception as e:  # a backend that cannot run these shapes here: said, not timed
             errors[n] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         print(f"{n:20s} rel err vs fp32 {json.dumps(errors[n])}")

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU evidence for the audit-fidelity work (issue 19), on the lent H200 machine, in one call:
 #   bash bench/gpu_fidelity.sh OUTDIR STAGE...
-# STAGE: kernels (bench/kernels.py: attention before/after, stage TFLOP/s, profile, new-shape costs)
+# STAGE: kernels (bench/step_kernels.py: attention before/after, stage TFLOP/s, profile, new-shape costs)
 #        attention (bench/attention_kernels.py: the vision attention kernels alone, queue full, with their errors)
-#        compiled  (bench/kernels.py --compiled-check: plain and compiled bf16 against fp32, small preset)
+#        compiled  (bench/step_kernels.py --compiled-check: plain and compiled bf16 against fp32, small preset)
 #        smoke   (a 2-step default audit and a 2-step Qwen3-VL-30B-A3B slice audit, imagefree vs real)
 #        audit-ORDER-N   (the default GPU audit, ORDER fwd|rev, repeat N)
 #        a3b-ORDER-N     (the Qwen3-VL-30B-A3B SFT recipe from its Bridge config: the default slice of its 3
@@ -43,17 +43,17 @@ for stage in "$@"; do
              --sources "${CHECK_SOURCES:-$([ "${order:-fwd}" = rev ] && echo real,imagefree || echo imagefree,real)}" \
              ${CHECK_POLICY:+--seq-policy $CHECK_POLICY} \
              --out "$OUTDIR/compose-$stage${CHECK_POLICY:+-$CHECK_POLICY}" 2>&1 | tail -20 ;;
-    kernels) timeout "${KERNELS_TIMEOUT:-400}" python3 bench/kernels.py --preset h200 --micro 16 --rounds 3 --profile \
+    kernels) timeout "${KERNELS_TIMEOUT:-400}" python3 bench/step_kernels.py --preset h200 --micro 16 --rounds 3 --profile \
                ${KERNELS_ARGS:-} --out "$OUTDIR/kernels" > "$OUTDIR/kernels.log" 2>&1
              echo "kernels: exit $?"; grep -E "^(contender|today|sdpa|varlen|perimage|warm-up|compiled|correctness|one-off|load|torch|Traceback|[A-Za-z]*Error)" "$OUTDIR/kernels.log" | cut -c1-600 ;;
     attention) timeout "${ATTN_TIMEOUT:-200}" python3 bench/attention_kernels.py --out "$OUTDIR/attention" \
                  > "$OUTDIR/attention.log" 2>&1; echo "attention: exit $?"; grep -vE "^\s*$" "$OUTDIR/attention.log" | cut -c1-300 | tail -14 ;;
-    compiled) timeout 200 python3 bench/kernels.py --compiled-check > "$OUTDIR/compiled-check.txt" 2>&1
+    compiled) timeout 200 python3 bench/step_kernels.py --compiled-check > "$OUTDIR/compiled-check.txt" 2>&1
               echo "compiled: exit $?"; tail -3 "$OUTDIR/compiled-check.txt" | cut -c1-900 ;;
     smoke)
       run smoke-default 200 --steps 2 --sources imagefree,real
       run smoke-a3b 200 --bridge-config $A3B --steps 2 --sources imagefree,real ;;
-    audit) run "$stage" "${AUDIT_TIMEOUT:-200}" --sources "$src" --steps "${AUDIT_STEPS:-6}" ;;
+    audit) run "$stage" "${AUDIT_TIMEOUT:-200}" --sources "$src" --steps "${AUDIT_STEPS:-12}" ;;
     a3b) run "$stage" "${A3B_TIMEOUT:-150}" --bridge-config $A3B --sources "$src" --steps "${A3B_STEPS:-6}" ;;
     compose)
       pair=imagefree,real; [ "${order:-fwd}" = rev ] && pair=real,imagefree

@@ -25,7 +25,7 @@ step copies them to the device with the batch.
 (inductor; one compiled forward per block class, shared by all its blocks; a length that changes becomes a
 dynamic size on its second value): the elementwise work between the GEMMs and attention (rotary embeddings,
 residual adds, the MoE router's softmax and top-k weights, gating) fused as Transformer Engine fuses it in
-Bridge. On the H200 (``bench/kernels.py --compile``) the ``h200`` preset's step ran 1.33x faster than eager
+Bridge. On the H200 (``bench/step_kernels.py --compile``) the ``h200`` preset's step ran 1.33x faster than eager
 with every other kernel here. ``set_compiled(parts)`` switches patched blocks between compiled and plain (for
 before/after measurements); ``compile_counters()`` are dynamo's graph counts (the audit counts graphs built
 inside timed steps).
@@ -50,7 +50,7 @@ VARLEN = "vlmdata_flash_varlen"
 
 _PACKED: dict[str, Any] | None = None  # the decoder's packed sample boundaries for the current micro-batch
 _SEGMENTS: dict[int, list[int]] = {}  # host copies of the vision tower's cu_seqlens, by their length
-SEGMENT_MODES = ("varlen", "varlen_cudnn", "per_image")
+SEGMENT_MODES = ("varlen", "per_image")
 _SEGMENT_MODE = "varlen"
 _VARLEN_FN = None
 _VARLEN_PARAMS: frozenset[str] = frozenset()
@@ -75,8 +75,6 @@ def kernel_name(device: torch.device | str) -> str:
     dev = torch.device(device)
     if _SEGMENT_MODE == "per_image":
         return "vision: scaled_dot_product_attention per image (host-split, no sync); decoder: flash via SDPA"
-    if _SEGMENT_MODE == "varlen_cudnn" and dev.type == "cuda":
-        return "vision: cuDNN variable-length attention (ragged offsets); decoder: flash"
     if dev.type == "cuda" and _varlen_kernel() is not None:
         return "torch.nn.attention.varlen.varlen_attn (flash, variable length)"
     return "scaled_dot_product_attention per segment (no variable-length kernel on this device)"
@@ -96,10 +94,12 @@ def packed(cu_seqlens: torch.Tensor | None, max_len: int | None):
 
 def set_segment_mode(mode: str) -> None:
     """How the vision tower's packed images attend: "varlen" (one variable-length flash call over all of
-    them), "varlen_cudnn" (one cuDNN call over all of them, ragged offsets; CUDA bf16/fp16 only, else as
-    "varlen") or "per_image" (one SDPA call per image, split by host-known lengths: no device sync; SDPA
-    picks its backend per call, cuDNN on Hopper, which builds a plan per new length). The last two run
-    outside ``torch.compile`` (a graph break around the attention call in a compiled block)."""
+    them) or "per_image" (one SDPA call per image, split by host-known lengths: no device sync; SDPA picks
+    its backend per call, cuDNN on Hopper, which builds a plan per new length; run outside
+    ``torch.compile``, a graph break around the attention call in a compiled block). On the H200 with the
+    device's queue full, flash over the packed images is the fastest of torch 2.11's kernels at the tower's
+    head dim of 72 (``bench/attention_kernels.py``; cuDNN's variable-length call computes wrong q/k
+    gradients there)."""
     global _SEGMENT_MODE
     if mode not in SEGMENT_MODES:
         raise ValueError(f"segment mode must be one of {SEGMENT_MODES}, got {mode!r}")
@@ -165,12 +165,9 @@ def varlen_attention(
         [T, H, D].
     """
     fn = _varlen_kernel()
-    fast = q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
     if not causal and _SEGMENT_MODE == "per_image":
         return _host_split(q, k, v, cu_seqlens, scale)
-    if not causal and fast and _SEGMENT_MODE == "varlen_cudnn" and k.shape[1] == q.shape[1]:
-        return _cudnn_varlen(q, k, v, cu_seqlens, max_len, scale)
-    if fn is not None and fast:
+    if fn is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
         kw: dict[str, Any] = {"scale": scale}
         if k.shape[1] != q.shape[1]:
             if "enable_gqa" in _VARLEN_PARAMS:
@@ -195,37 +192,6 @@ def _host_split(q, k, v, cu_seqlens: torch.Tensor, scale: float | None) -> torch
     (one sync). Eager: its Python loop over images would specialise a compiled graph on every batch."""
     host = _SEGMENTS.get(int(cu_seqlens.shape[0]))
     return _per_segment(q, k, v, host if host is not None else cu_seqlens.tolist(), False, scale)
-
-
-class _CudnnVarlen(torch.autograd.Function):
-    """Bidirectional attention within each segment of a packed [T, H, D] sequence, one cuDNN call (ragged
-    offsets) forward and one backward: what Transformer Engine's fused attention runs for Bridge's packed
-    vision tower (THD layout)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, cu, max_len: int, scale: float | None):
-        res = torch.ops.aten._cudnn_attention_forward(
-            q, k, v, None, cu, cu, max_len, max_len, True, 0.0, False, False, scale=scale
-        )
-        out, lse, seed, offset = res[0], res[1], res[6], res[7]
-        ctx.save_for_backward(q, k, v, out, lse, cu, seed, offset)
-        ctx.max_len, ctx.scale = max_len, scale
-        return out
-
-    @staticmethod
-    def backward(ctx, *grads):
-        q, k, v, out, lse, cu, seed, offset = ctx.saved_tensors
-        dq, dk, dv = torch.ops.aten._cudnn_attention_backward(
-            grads[0].contiguous(), q, k, v, out, lse, seed, offset, q.new_empty(0), cu, cu,
-            ctx.max_len, ctx.max_len, 0.0, False, scale=ctx.scale,
-        )  # fmt: skip
-        return dq, dk, dv, None, None, None
-
-
-@torch.compiler.disable
-def _cudnn_varlen(q, k, v, cu_seqlens: torch.Tensor, max_len: int, scale: float | None) -> torch.Tensor:
-    cu = cu_seqlens.to(torch.int32)
-    return _CudnnVarlen.apply(q.contiguous(), k.contiguous(), v.contiguous(), cu, int(max_len), scale)
 
 
 def attention_forward(

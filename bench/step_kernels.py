@@ -1,6 +1,6 @@
 """The reference step's kernels, before and after, on the same real batches (GPU; runs on CPU for a smoke test).
 
-    python bench/kernels.py [--preset h200] [--micro 16] [--rounds 3] [--out DIR] [--profile]
+    python bench/step_kernels.py [--preset h200] [--micro 16] [--rounds 3] [--out DIR] [--profile]
 
 Real micro-batches of the embedded sample data (decoded and preprocessed by vlmdata's loader as for Bridge's
 Qwen-VL collate, micro-batch 2, padded to a multiple of 128), held in memory. Contenders, interleaved in
@@ -17,9 +17,8 @@ plans, allocator), each one pass over the ``--micro`` batches:
 - ``varlen-gbs-rms-cv`` / ``-cd`` / ``-ca``: ``varlen-gbs-rms`` with the vision blocks, the decoder layers or
   both run through ``torch.compile`` (``kernels.compile_blocks``; compiled during the warm-up pass, whose
   time is printed);
-- ``cudnn-gbs-rms-ca`` / ``perimage-gbs-rms-ca``: both compiled, the vision attention on cuDNN: one call
-  over the packed images (ragged offsets, as Transformer Engine's fused attention in Bridge), or one SDPA
-  call per image (each outside the compiled graph).
+- ``perimage-gbs-rms-ca``: both compiled, the vision attention one SDPA call per image (cuDNN on Hopper),
+  outside the compiled graph.
 
 ``--contenders a,b,c`` runs only those (``today`` always: every speed-up is against it).
 
@@ -41,9 +40,7 @@ import time
 
 import torch
 
-# the repository instead of this folder: this file's name would shadow the ``kernels`` package that
-# transformers >= 5.25 imports when it finds one
-sys.path[0] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from vlmdata import sample_data_path  # noqa: E402
 from vlmdata.audit import kernels  # noqa: E402
 from vlmdata.audit.flops import step_flops  # noqa: E402
@@ -78,10 +75,9 @@ def to_device(batch: dict, dev) -> dict:
 def set_attention(model, name: str) -> None:
     """today / sdpa-*: transformers' SDPA path and its RMSNorm; varlen-*: packed flash vision attention;
     perimage-*: per-image SDPA split on the host; *-rms: with torch's fused RMSNorm."""
-    prefix = name.split("-")[0]
-    if prefix in ("varlen", "perimage", "cudnn"):
+    if name.startswith(("varlen", "perimage")):
         kernels.use_fast_attention(model.config)
-        kernels.set_segment_mode({"perimage": "per_image", "cudnn": "varlen_cudnn"}.get(prefix, "varlen"))
+        kernels.set_segment_mode("per_image" if name.startswith("perimage") else "varlen")
     else:
         kernels.use_sdpa(model.config)
     kernels.set_fused_norm("-rms" in name)
@@ -158,9 +154,7 @@ def new_shape_costs(step: TrainStep, model, dev, k: int = 8, compiled: bool = Fa
     """Forward + backward of a one-image batch with a grid no batch had: first call vs second call (ms)."""
     g = torch.Generator().manual_seed(1)
     out = {}
-    names = ("sdpa", "varlen-rms", "perimage-rms") + (
-        ("varlen-rms-ca", "cudnn-rms-ca", "perimage-rms-ca") if compiled else ()
-    )
+    names = ("sdpa", "varlen-rms", "perimage-rms") + (("varlen-rms-ca", "perimage-rms-ca") if compiled else ())
     for name in names:
         set_attention(model, name)
         first, second = [], []
@@ -304,7 +298,6 @@ def main() -> None:
             "varlen-gbs-rms-cv",
             "varlen-gbs-rms-cd",
             "varlen-gbs-rms-ca",
-            "cudnn-gbs-rms-ca",
             "perimage-gbs-rms-ca",
         ]
     if args.contenders:
