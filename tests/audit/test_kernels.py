@@ -60,6 +60,9 @@ def test_fast_path_equals_transformers_sdpa(tiny):
             with kernels.host_segments(kw["image_cu_seqlens"].tolist()):
                 new = tiny.model(input_ids=ids, position_ids=pos, pixel_values=pv, image_grid_thw=grid, **kw)
             assert torch.allclose(new.last_hidden_state, ref, atol=1e-4), mode
+        kernels.set_segment_mode("per_image")  # no host boundaries given: split on the device's (one sync)
+        new = tiny.model(input_ids=ids, position_ids=pos, pixel_values=pv, image_grid_thw=grid, **kw)
+        assert torch.allclose(new.last_hidden_state, ref, atol=1e-4)
     kernels.set_segment_mode("varlen")
 
 
@@ -141,6 +144,14 @@ def test_compiled_blocks_compute_what_the_plain_blocks_compute():
     assert kernels.compile_counters()["unique_graphs"] > before  # it did compile
     assert torch.allclose(out, ref, rtol=1e-4, atol=1e-5)
     assert len(grads) == len(ref_grads)
+    for g, r in zip(grads, ref_grads):
+        assert float((g - r).norm()) <= 1e-4 * float(r.norm()) + 1e-6
+    kernels.set_segment_mode("per_image")  # its per-image loop runs outside the compiled graph
+    try:
+        out, grads = run()
+    finally:
+        kernels.set_segment_mode("varlen")
+    assert torch.allclose(out, ref, rtol=1e-4, atol=1e-5)
     for g, r in zip(grads, ref_grads):
         assert float((g - r).norm()) <= 1e-4 * float(r.norm()) + 1e-6
     kernels.set_compiled("none")

@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -186,12 +187,16 @@ def varlen_attention(
     return _per_segment(q, k, v, cu_seqlens.tolist(), causal, scale)
 
 
-@torch.compiler.disable
-def _host_split(q, k, v, cu_seqlens: torch.Tensor, scale: float | None) -> torch.Tensor:
+def _host_split_eager(q, k, v, cu_seqlens: torch.Tensor, scale: float | None) -> torch.Tensor:
     """Bidirectional per-image SDPA on the host-known boundaries (``host_segments``), else on the device's
-    (one sync). Eager: its Python loop over images would specialise a compiled graph on every batch."""
+    (one sync). Run eager (``_host_split``): its Python loop over images would specialise a compiled graph on
+    every batch."""
     host = _SEGMENTS.get(int(cu_seqlens.shape[0]))
     return _per_segment(q, k, v, host if host is not None else cu_seqlens.tolist(), False, scale)
+
+
+# cast: torch's stubs type ``disable``'s result as a one-argument callable
+_host_split = cast(Callable[..., torch.Tensor], torch.compiler.disable(_host_split_eager))
 
 
 def attention_forward(
