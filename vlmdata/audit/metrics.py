@@ -191,6 +191,18 @@ def _rate_arrays(records: list[dict], name: str) -> tuple[np.ndarray, np.ndarray
     return None if work is None or ms is None else (work, ms)
 
 
+def rate_replicates(records: list[dict], name: str, idx: np.ndarray, world_size: int = 1) -> np.ndarray | None:
+    """Bootstrap replicates of ``rate(records, name)``: one per row of ``idx`` (step indices drawn with
+    replacement), each a ratio of sums as ``rate`` (the same draws as ``ratio_ci``'s). None without the rate."""
+    arrays = _rate_arrays(records, name)
+    if arrays is None:
+        return None
+    work, ms = arrays
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reps = work[idx].sum(1) / (ms[idx].sum(1) / 1e3)
+    return reps / world_size / 1e12 if name == "tflops" else reps
+
+
 def ratio_ci(
     num: list[dict],
     den: list[dict],
