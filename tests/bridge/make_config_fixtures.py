@@ -1,4 +1,4 @@
-"""Write the Megatron Bridge config fixtures with Bridge 0.6.2 itself: its own Qwen3-VL-30B-A3B SFT recipe, its own
+"""Write the Megatron Bridge config fixtures with Bridge 0.6.2 itself: its own Qwen-VL recipes, its own
 ``ConfigContainer``, its own YAML writer.
 
 Run in the Bridge venv (``scripts/bridge_env.sh``), from the repository root::
@@ -20,6 +20,30 @@ Files (``FIXTURES``):
   (what ``cfg.to_yaml()`` right after the recipe gives: ``mixed_precision: bf16_mixed``, nulls Megatron-Core fills
   in later).
 
+More recipes, each as a run saves it (after ``runtime_config_update`` with the recipe's own GPU count as the world
+size), nothing changed on the container unless said (``RECIPES``; the legacy names are aliases that
+``recipes.qwen_vl.qwen3_vl`` / ``recipes.qwen_vl.qwen25_vl`` keep for the ``recipes.qwen_vl.h100`` functions):
+
+- ``bridge_qwen3_vl_30b_a3b_pretrain_mock.yaml``: ``qwen3_vl_30b_a3b_pretrain_mock_config()`` (=
+  ``qwen3_vl_30b_a3b_pretrain_8gpu_h100_bf16_mock_config``; TP 4, PP 2, EP 4, sequence parallel, language and vision
+  models frozen, ``MockVLMSFTDatasetConfig``), 8 ranks.
+- ``bridge_qwen3_vl_235b_a22b_sft.yaml``: ``qwen3_vl_235b_a22b_sft_config()`` (``..._sft_32gpu_h100_bf16_config``;
+  TP 4, EP 32), 32 ranks; the model from tests/audit/fixtures/hf_qwen3_vl_235b_a22b.json.
+- ``bridge_qwen3_vl_235b_a22b_pretrain_mock.yaml``: ``qwen3_vl_235b_a22b_pretrain_mock_config()``
+  (``..._pretrain_256gpu_h100_bf16_mock_config``; TP 4, PP 16, EP 8, CP 2), 256 ranks.
+- ``bridge_qwen3_vl_8b_sft.yaml``: ``qwen3_vl_8b_sft_config()`` (``..._sft_2gpu_h100_bf16_config``; dense, TP 2),
+  2 ranks; hf_qwen3_vl_8b.json.
+- ``bridge_qwen2_5_vl_7b_sft.yaml``: ``qwen25_vl_7b_sft_config()`` (``qwen25_vl_7b_sft_2gpu_h100_bf16_config``;
+  ``Qwen25VLModelProvider``, TP 2), 2 ranks; hf_qwen2_5_vl_7b.json.
+- ``bridge_qwen3_vl_30b_a3b_peft.yaml``: ``qwen3_vl_30b_a3b_peft_config()`` (``..._peft_4gpu_h100_bf16_config``;
+  LoRA, EP 4), 4 ranks, with the one setting a PEFT run must add: ``checkpoint.pretrained_checkpoint`` (``validate()``
+  asserts it is set, ``CheckpointConfig.finalize()`` that it exists). It is the recipe's own placeholder,
+  ``/path/to/checkpoint`` (its comment "Uncomment below to use a pretrained checkpoint"), and Bridge's
+  ``checkpoint_utils.file_exists`` answers True for that one path while ``runtime_config_update`` runs.
+
+Not written: Qwen3-VL 2B / 4B (no such recipe in 0.6.2: its Qwen3-VL recipes are 8B, 30B-A3B, 235B-A22B) and
+Qwen2.5-VL 3B / 32B / 72B (no fixture ``config.json`` for them).
+
 How Bridge writes a run's config: ``ConfigContainer.to_yaml(path)`` (megatron/training/config/container.py:
 ``to_dict()``, then ``yaml.safe_dump`` under ``safe_yaml_representers``), called by ``checkpointing.save_checkpoint``
 for ``<checkpoint>/iter_N/run_config.yaml`` and by ``training.setup.maybe_log_and_save_config`` for
@@ -33,28 +57,42 @@ modified and no value is edited after Bridge produced it):
 2. ``megatron.bridge.recipes`` is registered as a package without running its ``__init__``: that file star-imports
    every model family's recipes, and the FLUX ones import ``diffusers``, which the Bridge venv does not install.
    The Qwen-VL recipe modules (``recipes.qwen_vl``, ``recipes.qwen_vl.h100``, ``recipes.common``) import normally.
-3. The recipe calls ``AutoBridge.from_hf_pretrained("Qwen/Qwen3-VL-30B-A3B-Instruct")``, which with
-   ``load_weights=False`` reads only the checkpoint's ``config.json``. It is answered offline from a throwaway hub
-   cache (``HF_HOME`` = a temp folder, ``HF_HUB_OFFLINE=1``) whose snapshot's ``config.json`` is
-   tests/audit/fixtures/hf_qwen3_vl_30b_a3b.json, so the model shape in the YAML is Bridge's conversion of that file.
+3. The recipe calls ``AutoBridge.from_hf_pretrained("Qwen/Qwen3-VL-30B-A3B-Instruct")`` (or its model's hub id),
+   which with ``load_weights=False`` reads only the checkpoint's ``config.json``. It is answered offline from a
+   throwaway hub cache (``HF_HOME`` = a temp folder, ``HF_HUB_OFFLINE=1``) whose snapshot's ``config.json`` is the
+   model's tests/audit/fixtures/hf_*.json (``HF_CONFIGS``), so the model shape in the YAML is Bridge's conversion of
+   that file.
 4. ``torch.cuda.get_device_properties`` answers with an H100's (sm_90) while the recipe and ``runtime_config_update``
    run: the recipe's ``apply_flex_dispatcher_backend(cfg.model, moe_flex_dispatcher_backend=None)`` asks for device
    0 before it finds that no flex backend was requested, then logs and returns without changing anything (and
    ``validate_flex_dispatcher_backend`` only asks when the dispatcher is ``flex``, which it is not here).
-5. ``WORLD_SIZE`` is 8 (default: the recipe's 8 GPUs) or 32 (changed) while ``runtime_config_update`` runs: Bridge's
-   ``safe_get_world_size`` reads it when torch.distributed is not initialised.
+5. ``WORLD_SIZE`` is the recipe's GPU count (8 for the default; ``WORLD_SIZE``) or 32 (changed) while
+   ``runtime_config_update`` runs: Bridge's ``safe_get_world_size`` reads it when torch.distributed is not
+   initialised.
 6. The working directory is ``/`` while the recipe builds: its default paths are ``<cwd>/nemo_experiments/default/
    {checkpoints,tb_logs}`` (``checkpoint.save``, ``checkpoint.load``, ``logger.tensorboard_dir``), the only
    machine-dependent values; with a fixed cwd a regeneration is byte-identical. Nothing is created there.
 
 ``--expected FILE`` also writes, per fixture, the values ``vlmdata.audit.bridge_config.BridgeRun`` should hold, read
-from Bridge's live ``ConfigContainer`` attributes (not from the YAML), for tests/bridge/test_bridge_run_config.py.
+from Bridge's live ``ConfigContainer`` attributes (not from the YAML), for tests/bridge/test_bridge_run_config.py,
+and beside them (``bridge_values``) what Bridge holds for settings vlmdata may not read yet: ``world_size``,
+``derived_data_parallel_size`` (Bridge's ``cfg.data_parallel_size``) and ``data_parallel_from_world`` (world /
+(TP * PP * CP), computed here), ``sequence_parallel``, ``virtual_pipeline_model_parallel_size``,
+``moe_router_force_load_balancing``, ``cuda_graph_settings`` (every model field whose name holds ``cuda_graph``:
+``cuda_graph_impl``, ``cuda_graph_scope``, ``enable_cuda_graph``, ``external_cuda_graph``, the ``vision_cuda_graph_*``
+of the Qwen3-VL providers, ...), ``peft`` (``null``, or the PEFT dataclass's ``_target_`` and fields: ``dim``,
+``alpha``, ``target_modules``, ...) and ``execution`` (``bridge_config.EXECUTION_FIELDS``, where vlmdata defines
+it).
+Without ``--out``, the values go to tests/audit/fixtures/bridge_expected.json (``EXPECTED``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import enum
+import importlib
 import importlib.util
 import json
 import os
@@ -71,27 +109,62 @@ from unittest import mock
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 FIXTURE_DIR = os.path.join(REPO, "tests", "audit", "fixtures")
-HF_CONFIG = os.path.join(FIXTURE_DIR, "hf_qwen3_vl_30b_a3b.json")
-HF_REPO = "Qwen/Qwen3-VL-30B-A3B-Instruct"
+HF_CONFIGS = {  # hub id the recipe asks for -> the fixture config.json the offline hub answers with
+    "Qwen/Qwen3-VL-30B-A3B-Instruct": "hf_qwen3_vl_30b_a3b.json",
+    "Qwen/Qwen3-VL-235B-A22B-Instruct": "hf_qwen3_vl_235b_a22b.json",
+    "Qwen/Qwen3-VL-8B-Instruct": "hf_qwen3_vl_8b.json",
+    "Qwen/Qwen2.5-VL-7B-Instruct": "hf_qwen2_5_vl_7b.json",
+}
 RECIPE_CWD = "/"
+EXPECTED = os.path.join(FIXTURE_DIR, "bridge_expected.json")
 FIXTURES = {
     "default": "bridge_qwen3_vl_30b_a3b_sft.yaml",
     "changed": "bridge_qwen3_vl_30b_a3b_sft_changed.yaml",
     "recipe": "bridge_qwen3_vl_30b_a3b_sft_recipe.yaml",
+    "30b_a3b_pretrain_mock": "bridge_qwen3_vl_30b_a3b_pretrain_mock.yaml",
+    "235b_a22b_sft": "bridge_qwen3_vl_235b_a22b_sft.yaml",
+    "235b_a22b_pretrain_mock": "bridge_qwen3_vl_235b_a22b_pretrain_mock.yaml",
+    "8b_sft": "bridge_qwen3_vl_8b_sft.yaml",
+    "qwen2_5_vl_7b_sft": "bridge_qwen2_5_vl_7b_sft.yaml",
+    "30b_a3b_peft": "bridge_qwen3_vl_30b_a3b_peft.yaml",
 }
-WORLD_SIZE = {"default": 8, "changed": 32}
+# fixture -> the recipe function (its legacy alias, under megatron.bridge.recipes.qwen_vl)
+RECIPES = {
+    "default": "qwen3_vl.qwen3_vl_30b_a3b_sft_config",
+    "changed": "qwen3_vl.qwen3_vl_30b_a3b_sft_config",
+    "recipe": "qwen3_vl.qwen3_vl_30b_a3b_sft_config",
+    "30b_a3b_pretrain_mock": "qwen3_vl.qwen3_vl_30b_a3b_pretrain_mock_config",
+    "235b_a22b_sft": "qwen3_vl.qwen3_vl_235b_a22b_sft_config",
+    "235b_a22b_pretrain_mock": "qwen3_vl.qwen3_vl_235b_a22b_pretrain_mock_config",
+    "8b_sft": "qwen3_vl.qwen3_vl_8b_sft_config",
+    "qwen2_5_vl_7b_sft": "qwen25_vl.qwen25_vl_7b_sft_config",
+    "30b_a3b_peft": "qwen3_vl.qwen3_vl_30b_a3b_peft_config",
+}
+# the world size runtime_config_update sees: the recipe's own GPU count ("recipe" is written before it runs)
+WORLD_SIZE = {
+    "default": 8,
+    "changed": 32,
+    "30b_a3b_pretrain_mock": 8,
+    "235b_a22b_sft": 32,
+    "235b_a22b_pretrain_mock": 256,
+    "8b_sft": 2,
+    "qwen2_5_vl_7b_sft": 2,
+    "30b_a3b_peft": 4,
+}
+PRETRAINED_CHECKPOINT = "/path/to/checkpoint"  # the PEFT recipe's own placeholder (its commented-out line)
 H100 = SimpleNamespace(major=9, minor=0, name="NVIDIA H100 80GB HBM3", total_memory=80 << 30, multi_processor_count=132)
 
 
 def offline_hub(tmp: str) -> None:
-    """A hub cache in ``tmp`` holding only HF_REPO's config.json; set before transformers is imported."""
-    repo_dir = os.path.join(tmp, "hub", "models--" + HF_REPO.replace("/", "--"))
+    """A hub cache in ``tmp`` holding only each HF_CONFIGS repo's config.json; set before transformers is imported."""
     revision = "0" * 40
-    os.makedirs(os.path.join(repo_dir, "snapshots", revision))
-    os.makedirs(os.path.join(repo_dir, "refs"))
-    shutil.copyfile(HF_CONFIG, os.path.join(repo_dir, "snapshots", revision, "config.json"))
-    with open(os.path.join(repo_dir, "refs", "main"), "w") as f:
-        f.write(revision)
+    for repo, config in HF_CONFIGS.items():
+        repo_dir = os.path.join(tmp, "hub", "models--" + repo.replace("/", "--"))
+        os.makedirs(os.path.join(repo_dir, "snapshots", revision))
+        os.makedirs(os.path.join(repo_dir, "refs"))
+        shutil.copyfile(os.path.join(FIXTURE_DIR, config), os.path.join(repo_dir, "snapshots", revision, "config.json"))
+        with open(os.path.join(repo_dir, "refs", "main"), "w") as f:
+            f.write(revision)
     os.environ["HF_HOME"] = tmp
     os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -145,12 +218,12 @@ def as_on_gpus(world_size: int | None = None, cwd: str | None = None):
             os.chdir(old_cwd)
 
 
-def recipe():
-    """The recipe's ConfigContainer, as built."""
-    from megatron.bridge.recipes.qwen_vl.qwen3_vl import qwen3_vl_30b_a3b_sft_config
-
+def recipe(name: str = "recipe"):
+    """The ConfigContainer of fixture ``name``'s recipe, as built."""
+    module, function = RECIPES[name].rsplit(".", 1)
+    make = getattr(importlib.import_module(f"megatron.bridge.recipes.qwen_vl.{module}"), function)
     with as_on_gpus(cwd=RECIPE_CWD):
-        return qwen3_vl_30b_a3b_sft_config()
+        return make()
 
 
 def change(cfg) -> None:
@@ -184,27 +257,47 @@ def change(cfg) -> None:
     cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
 
 
+def add_pretrained_checkpoint(cfg) -> None:
+    """The PEFT fixture's one setting: the checkpoint the adapters train on (see the module docstring)."""
+    cfg.checkpoint.pretrained_checkpoint = PRETRAINED_CHECKPOINT
+
+
+CHANGES = {"changed": change, "30b_a3b_peft": add_pretrained_checkpoint}
+
+
+@contextlib.contextmanager
+def pretrained_checkpoint_exists():
+    """``CheckpointConfig.finalize()`` asks whether the pretrained checkpoint exists: yes for PRETRAINED_CHECKPOINT."""
+    from megatron.bridge.training.utils import checkpoint_utils
+
+    real = checkpoint_utils.file_exists
+    with mock.patch.object(checkpoint_utils, "file_exists", lambda path: path == PRETRAINED_CHECKPOINT or real(path)):
+        yield
+
+
 def build(name: str):
     """The ConfigContainer of fixture ``name`` (a key of FIXTURES)."""
     from megatron.bridge.training.config import runtime_config_update
 
-    cfg = recipe()
-    if name == "recipe":
+    cfg = recipe(name)
+    if name not in WORLD_SIZE:
         return cfg
-    if name == "changed":
-        change(cfg)
-    with as_on_gpus(world_size=WORLD_SIZE[name]):
+    if name in CHANGES:
+        CHANGES[name](cfg)
+    with as_on_gpus(world_size=WORLD_SIZE[name]), pretrained_checkpoint_exists():
         runtime_config_update(cfg)
     return cfg
 
 
-def bridge_values(cfg) -> dict:
-    """What BridgeRun should hold, read from the live ConfigContainer (field -> value, JSON-able)."""
+def bridge_values(cfg, world_size: int | None = None) -> dict:
+    """What BridgeRun should hold, read from the live ConfigContainer (field -> value, JSON-able), and the settings
+    listed in the module docstring that vlmdata may not read yet."""
     from vlmdata.audit.bridge_config import MODEL_FIELDS, PACKING_KEYS
 
     m, ds = cfg.model, cfg.dataset
     in_batch = getattr(ds, "enable_in_batch_packing", None)
     offline = getattr(ds, "enable_offline_packing", None)
+    has_packing = hasattr(ds, "enable_in_batch_packing") or hasattr(ds, "enable_offline_packing")
     modules = m.recompute_modules
     return {
         "micro_batch_size": cfg.train.micro_batch_size,
@@ -225,7 +318,7 @@ def bridge_values(cfg) -> dict:
             "recompute_num_layers": m.recompute_num_layers,
             "recompute_modules": list(modules) if modules is not None else None,
         },
-        "packing": bool(in_batch or offline),
+        "packing": bool(in_batch or offline) if has_packing else None,
         "packing_detail": {k: getattr(ds, k) for k in PACKING_KEYS if hasattr(ds, k)},
         "use_distributed_optimizer": bool(cfg.ddp.use_distributed_optimizer or cfg.optimizer.use_distributed_optimizer),
         "model_target": f"{type(m).__module__}.{type(m).__qualname__}",
@@ -236,7 +329,61 @@ def bridge_values(cfg) -> dict:
         # not BridgeRun fields: what Bridge derived, for the test's cross-checks
         "derived_data_parallel_size": getattr(cfg, "data_parallel_size", None),
         "dataset_seq_length": ds.seq_length,
-    }
+        # not read by vlmdata (yet): Bridge's live values of further settings
+        "world_size": world_size,
+        "data_parallel_from_world": (
+            world_size // (m.tensor_model_parallel_size * m.pipeline_model_parallel_size * m.context_parallel_size)
+            if world_size is not None
+            else None
+        ),
+        "sequence_parallel": m.sequence_parallel,
+        "virtual_pipeline_model_parallel_size": m.virtual_pipeline_model_parallel_size,
+        "moe_router_force_load_balancing": m.moe_router_force_load_balancing,
+        "cuda_graph_settings": {
+            f.name: _jsonable(getattr(m, f.name)) for f in dataclasses.fields(m) if "cuda_graph" in f.name
+        },
+        "peft": peft_values(cfg.peft),
+    } | execution_values(m)
+
+
+def execution_values(m) -> dict:
+    """``{"execution": ...}``: the ``bridge_config.EXECUTION_FIELDS`` present on the model (a list where a string or
+    a list is read: comma-joined), for ``BridgeRun.execution``; ``{}`` where vlmdata has no EXECUTION_FIELDS."""
+    from vlmdata.audit import bridge_config
+
+    if not hasattr(bridge_config, "EXECUTION_FIELDS"):
+        return {}
+    found = {}
+    for key, kind in bridge_config.EXECUTION_FIELDS.items():
+        value = _attr(m, key)
+        if value is _ABSENT:
+            continue
+        if kind == "str_or_list" and isinstance(value, list):
+            value = ",".join(str(_jsonable(v)) for v in value)
+        found[key] = _jsonable(value)
+    return {"execution": found}
+
+
+def peft_values(peft) -> dict | None:
+    """The PEFT config's class (as ``_target_``) and dataclass fields, or None without PEFT."""
+    if peft is None:
+        return None
+    values = {"_target_": f"{type(peft).__module__}.{type(peft).__qualname__}"}
+    values.update((f.name, _jsonable(getattr(peft, f.name))) for f in dataclasses.fields(peft) if f.init)
+    return values
+
+
+def _jsonable(value):
+    """An enum as ``Class.name``, a torch dtype as its repr, containers element-wise."""
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
 
 
 _ABSENT = object()
@@ -251,30 +398,42 @@ def _attr(obj, dotted: str):
 
 
 def write(out_dir: str, expected: str | None = None, names=tuple(FIXTURES)) -> dict[str, str]:
-    """Build each fixture, write it with ``ConfigContainer.to_yaml`` into ``out_dir``; returns name -> path."""
+    """Build each fixture, write it with ``ConfigContainer.to_yaml`` into ``out_dir``; returns name -> path.
+
+    ``expected``: also write the values (``bridge_values``) there; an existing file's other fixtures are kept."""
     paths, values = {}, {}
     for name in names:
         cfg = build(name)
         paths[name] = os.path.join(out_dir, FIXTURES[name])
         cfg.to_yaml(paths[name])
-        values[name] = bridge_values(cfg)
+        values[name] = bridge_values(cfg, WORLD_SIZE.get(name))
     if expected:
+        if os.path.exists(expected) and set(names) != set(FIXTURES):
+            with open(expected) as f:
+                values = {**json.load(f), **values}
         with open(expected, "w") as f:
             json.dump(values, f, indent=1, sort_keys=True)
+            f.write("\n")
     return paths
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--out", default=FIXTURE_DIR, help="folder for the YAML files (default: tests/audit/fixtures)")
-    ap.add_argument("--expected", help="also write the expected BridgeRun values, from Bridge's objects, as JSON")
+    ap.add_argument("--out", help="folder for the YAML files (default: tests/audit/fixtures)")
+    ap.add_argument(
+        "--expected",
+        help="also write the expected BridgeRun values, from Bridge's objects, as JSON (default without --out: "
+        "tests/audit/fixtures/bridge_expected.json)",
+    )
     ap.add_argument("--only", choices=sorted(FIXTURES), action="append", help="write only these fixtures")
     args = ap.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
+    out = args.out or FIXTURE_DIR
+    expected = args.expected or (None if args.out else EXPECTED)
+    os.makedirs(out, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="vlmdata-hf-") as tmp:
         offline_hub(tmp)
         install_cpu_shims()
-        paths = write(os.path.abspath(args.out), args.expected, tuple(args.only or FIXTURES))
+        paths = write(os.path.abspath(out), expected, tuple(args.only or FIXTURES))
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0

@@ -5,13 +5,19 @@ Runs only under the Bridge venv (``scripts/bridge_env.sh``, then ``.bridge-venv/
 elsewhere every test is skipped.
 
 * ``make_config_fixtures.py`` runs in a subprocess (it sets the offline hub environment before transformers is
-  imported, which an in-process test cannot guarantee once another test imported it) and writes the three YAML files
-  with ``ConfigContainer.to_yaml`` into a temp folder, plus the values read from Bridge's live ``ConfigContainer``.
+  imported, which an in-process test cannot guarantee once another test imported it) and writes every YAML file of
+  its ``FIXTURES`` with ``ConfigContainer.to_yaml`` into a temp folder, plus the values read from Bridge's live
+  ``ConfigContainer``.
 * ``test_fixture_is_a_fresh_regeneration``: each committed fixture is byte-identical to the regenerated file. Nothing
   has to be dropped: the only machine-dependent values (``checkpoint.save`` / ``checkpoint.load`` /
   ``logger.tensorboard_dir``, under the working directory) are pinned by building the recipe with cwd ``/``.
+* ``test_expected_values_are_fresh``: tests/audit/fixtures/bridge_expected.json (the values read from Bridge's
+  objects, for the main suite, which has no Bridge) equals the regenerated values (``execution`` aside: it follows
+  vlmdata's ``EXECUTION_FIELDS``).
 * ``test_parser_reads_what_bridge_holds``: every ``BridgeRun`` field parsed from the fresh YAML equals the
-  corresponding attribute of Bridge's object.
+  corresponding attribute of Bridge's object; the data-parallel size Bridge derives is world / (TP * PP * CP).
+* ``test_recipe_layouts``: the recipes' layouts as Bridge holds them after ``runtime_config_update`` (parallel sizes,
+  sequence parallel, frozen parts, dataset class, PEFT), pinned.
 * ``test_hf_fixture_converts_in_bridge``: each tests/audit/fixtures/hf_*.json converts with ``AutoBridge`` to the
   provider of its model with the shape the JSON states.
 """
@@ -91,14 +97,85 @@ def test_parser_reads_what_bridge_holds(regenerated, name):
         )
     # every field has a source in these files (Bridge writes every key), except data_parallel without comm_overlap
     for field in compared:
-        if field not in ("recompute_detail", "packing_detail", "model_fields", "data_parallel"):
+        if field not in ("recompute_detail", "packing_detail", "model_fields", "data_parallel", "execution"):
             assert field in run.sources, field
-    assert ("data_parallel" in run.sources) == (name == "changed")
+    assert ("data_parallel" in run.sources) == (name == "changed")  # the only fixture with a comm_overlap section
     assert run.seq_length == bridge["dataset_seq_length"]  # validate() requires model and dataset to agree
     # Bridge derives DP in runtime_config_update (world / (TP * PP * CP)); only comm_overlap records it in the file
-    derived = {"default": 8, "changed": 4, "recipe": None}[name]
-    assert bridge["derived_data_parallel_size"] == derived
-    assert run.data_parallel == (derived if name == "changed" else None)
+    assert bridge["world_size"] == MAKE.WORLD_SIZE.get(name)
+    assert bridge["derived_data_parallel_size"] == DERIVED_DP[name] == bridge["data_parallel_from_world"]
+    assert run.data_parallel == (DERIVED_DP[name] if name == "changed" else None)
+
+
+# world / (TP * PP * CP), by hand: the recipe's GPUs over its layout ("recipe": before runtime_config_update)
+DERIVED_DP = {
+    "default": 8 // 1,
+    "changed": 32 // (2 * 2 * 2),
+    "recipe": None,
+    "30b_a3b_pretrain_mock": 8 // (4 * 2),
+    "235b_a22b_sft": 32 // 4,
+    "235b_a22b_pretrain_mock": 256 // (4 * 16 * 2),
+    "8b_sft": 2 // 2,
+    "qwen2_5_vl_7b_sft": 2 // 2,
+    "30b_a3b_peft": 4 // 1,
+}
+
+MOCK = "megatron.bridge.data.builders.mock_vlm_sft.MockVLMSFTDatasetConfig"
+HF_SFT = "megatron.bridge.data.builders.direct_hf_sft.DirectHFSFTDatasetConfig"
+# fixture: TP, PP, EP, CP, ETP, sequence parallel, (language, vision, projection) frozen, dataset class. The recipes
+# set sequence_parallel False for 235B-A22B SFT; Qwen3VLMoEModelProvider.finalize() turns it on when TP > 1. ETP is
+# unset in every recipe: Bridge makes it 1 when EP > 1, Megatron-Core makes it TP otherwise.
+LAYOUTS = {
+    "30b_a3b_pretrain_mock": (4, 2, 4, 1, 1, True, (True, True, False), MOCK),
+    "235b_a22b_sft": (4, 1, 32, 1, 1, True, (False, False, False), HF_SFT),
+    "235b_a22b_pretrain_mock": (4, 16, 8, 2, 1, True, (True, True, False), MOCK),
+    "8b_sft": (2, 1, 1, 1, 2, False, (False, False, False), HF_SFT),
+    "qwen2_5_vl_7b_sft": (2, 1, 1, 1, 2, False, (False, False, False), HF_SFT),
+    "30b_a3b_peft": (1, 1, 4, 1, 1, False, (False, False, False), HF_SFT),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_recipe_layouts(regenerated, name):
+    _, values = regenerated
+    v = values[name]
+    tp, pp, ep, cp, etp, sp, frozen, dataset = LAYOUTS[name]
+    assert (v["tensor_parallel"], v["pipeline_parallel"], v["expert_parallel"], v["context_parallel"]) == (
+        tp,
+        pp,
+        ep,
+        cp,
+    )
+    assert v["expert_tensor_parallel"] == etp
+    assert v["sequence_parallel"] is sp
+    assert (v["freeze_language_model"], v["freeze_vision_model"], v["freeze_vision_projection"]) == frozen
+    assert v["dataset_target"] == dataset
+    assert (v["global_batch_size"], v["micro_batch_size"], v["seq_length"]) == (32, 2, 4096)
+    assert v["virtual_pipeline_model_parallel_size"] is None
+    assert v["moe_router_force_load_balancing"] is False
+    assert v["cuda_graph_settings"]["cuda_graph_impl"] == "none"
+    assert v["cuda_graph_settings"]["enable_cuda_graph"] is False
+    if name == "30b_a3b_peft":
+        peft = v["peft"]
+        assert peft["_target_"] == "megatron.bridge.peft.lora.LoRA"
+        assert (peft["dim"], peft["alpha"]) == (32, 32)
+        assert peft["target_modules"] == ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+    else:
+        assert v["peft"] is None
+
+
+def test_expected_values_are_fresh(regenerated):
+    _, values = regenerated
+    with open(MAKE.EXPECTED) as f:
+        committed = json.load(f)
+    assert sorted(committed) == sorted(MAKE.FIXTURES)
+    for name in sorted(MAKE.FIXTURES):
+        # "execution" follows vlmdata's own EXECUTION_FIELDS (work in progress elsewhere); the parser test checks it
+        old, new = ({k: v for k, v in d[name].items() if k != "execution"} for d in (committed, values))
+        assert old == new, (
+            f"{os.path.basename(MAKE.EXPECTED)}[{name!r}] differs from a regeneration (rerun "
+            "tests/bridge/make_config_fixtures.py)"
+        )
 
 
 HF_FIXTURES = {
