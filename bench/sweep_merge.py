@@ -3,8 +3,8 @@
     python bench/sweep_merge.py PART_DIR [PART_DIR ...] -o OUT [--threshold 0.1] [--memory-limit-gb 80]
 
 Each part is a ``vlmdata audit --sweep ...`` output folder (report.json); the configurations are
-concatenated in order and the decisions (rankings, Kendall tau, regret) and the verdict are computed
-over all of them, as one sweep would.
+concatenated in order and the decisions (best sets, Kendall tau, regret), the knob effects, the fit per GPU
+card and the verdict are computed over all of them, as one sweep would (``sweep.decide_sweep``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,17 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from vlmdata.audit.decisions import decide_configs  # noqa: E402
+from vlmdata.audit.cards import memory_limit  # noqa: E402
 from vlmdata.audit.report import write_report  # noqa: E402
-from vlmdata.audit.sweep import cells, sweep_verdict  # noqa: E402
+from vlmdata.audit.sweep import decide_sweep  # noqa: E402
+from vlmdata.errors import VlmdataError  # noqa: E402
+
+
+def _limit(text: str) -> float:
+    try:
+        return memory_limit(text)
+    except VlmdataError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv=None) -> int:
@@ -25,18 +33,15 @@ def main(argv=None) -> int:
     ap.add_argument("parts", nargs="+", help="sweep output folders (each with report.json)")
     ap.add_argument("-o", "--out", required=True, help="folder for the merged report.json/md/html")
     ap.add_argument("--threshold", type=float, help="default: the first part's")
-    ap.add_argument("--memory-limit-gb", type=float, help="default: the first part's")
+    ap.add_argument("--memory-limit-gb", type=_limit, help="GB or a card (h100, h200, b200); default: the first part's")
     args = ap.parse_args(argv)
     parts = [json.load(open(os.path.join(p, "report.json"))) for p in args.parts]
     first = parts[0]
     configs = [c for p in parts for c in p["configs"]]
     threshold = args.threshold if args.threshold is not None else first["decisions"]["threshold"]
     limit = args.memory_limit_gb if args.memory_limit_gb is not None else first["decisions"]["memory_limit_gb"]
-    decisions = decide_configs(
-        [{"values": c["values"], "sources": cells(c["report"])} for c in configs],
-        threshold=threshold,
-        memory_limit_gb=limit,
-    )
+    seed = (first.get("config") or {}).get("seed") or 0
+    decided = decide_sweep(configs, threshold=threshold, memory_limit_gb=limit, seed=seed)
     sweep = {}
     for p in parts:
         for k, v in p["sweep"].items():
@@ -46,8 +51,7 @@ def main(argv=None) -> int:
         **first,
         "sweep": sweep,
         "configs": configs,
-        "decisions": decisions,
-        "verdict": sweep_verdict(configs, decisions),
+        **decided,
         "parts": list(args.parts),
     }
     paths = write_report(merged, args.out)

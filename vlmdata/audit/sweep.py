@@ -5,9 +5,12 @@ Keys on the reference workload (``SWEEP_KEYS``): ``micro_batch_size`` (the loade
 the product of the sweeps. A user ``--step module:function`` workload receives every sweep value as a
 keyword argument (any key). Each configuration is one full audit (``run_audit``: paired sources, every
 shape warmed, interleaved rounds) with a model built for it; a source that runs out of memory is a result
-(``oom``), not a crash, and the sweep goes on. ``decisions.decide_configs`` then ranks the configurations
-per source and says which decisions each mock gets wrong; the sweep's verdict (``sweep_verdict``) is
-MISLEADING, UNDECIDED (exit 4, like a single audit) or OK.
+(``oom``), not a crash, and the sweep goes on. Each configuration keeps its measured steps
+(``resample.step_columns``); ``decide_sweep`` then draws their bootstrap replicates once
+(``resample.SweepReplicates``) and gives the decisions (``decisions.decide_configs``: each source's best set,
+which choices each mock gets wrong), every knob's effect with its interval and the knobs a mock cannot see
+(``knob_effects``), and which configurations fit each GPU card (``cards.card_fits``); the sweep's verdict
+(``sweep_verdict``) is MISLEADING, UNDECIDED (exit 4, like a single audit) or OK.
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ from typing import Any, Callable
 
 import torch
 
+from vlmdata.audit.cards import card_fits
 from vlmdata.audit.config import AuditConfig
 from vlmdata.audit.decisions import decide_configs, label
 from vlmdata.audit.inputs import AuditError
+from vlmdata.audit.knob_effects import knob_effects
+from vlmdata.audit.resample import SweepReplicates, step_columns
 from vlmdata.audit.runner import run_audit
 from vlmdata.audit.verdict import MORE
 from vlmdata.audit.workloads import PARALLEL, RECOMPUTE
@@ -96,16 +102,19 @@ def grid(sweep: dict[str, list]) -> list[dict[str, Any]]:
 
 
 def _compact(report: dict) -> dict:
-    """A configuration's report without per-step records (the sweep keeps summaries and the verdict)."""
+    """A configuration's report without per-step records (the sweep keeps summaries, the verdict and each
+    step's work, time and peak memory: ``resample.step_columns``)."""
     out = {k: v for k, v in report.items() if k not in ("sources", "environment")}
     out["sources"] = {
-        n: {k: v for k, v in s.items() if k not in ("records", "per_rank")} for n, s in report["sources"].items()
+        n: {k: v for k, v in s.items() if k not in ("records", "per_rank")}
+        | ({"steps": step_columns(s["records"])} if s.get("records") else {})
+        for n, s in report["sources"].items()
     }
     return out
 
 
 def cells(report: dict) -> dict[str, dict]:
-    """Per source: rates, peak memory, oom (what ``decide_configs`` reads)."""
+    """Per source: rates, peak memory, oom and the kept steps (what ``decide_configs`` reads)."""
     out = {}
     for name, src in report["sources"].items():
         s = src.get("summary")
@@ -115,7 +124,32 @@ def cells(report: dict) -> dict[str, dict]:
             "rates": (s or {}).get("rates") or {},
             "peak_mem_bytes": (s or {}).get("peak_mem_bytes") if s else (oom or {}).get("peak_mem_bytes"),
         }
+        if s and src.get("steps"):
+            out[name]["steps"] = src["steps"]
     return out
+
+
+def decide_sweep(results: list[dict], *, threshold: float, memory_limit_gb: float | None = None, seed: int = 0) -> dict:
+    """The decisions, the knob effects, the fit per GPU card and the verdict of a sweep's configurations
+    (``[{"values", "label", "report"}]``; also for sweeps merged from parts), from one set of replicates.
+
+    Returns:
+        ``{"decisions", "knob_effects", "memory", "verdict"}``.
+    """
+    configs = [
+        {
+            "values": r["values"],
+            "sources": cells(r["report"]),
+            "paired": (r["report"].get("measurement") or {}).get("method") == "interleaved",
+        }
+        for r in results
+    ]
+    reps = SweepReplicates(configs, seed=seed)
+    decisions = decide_configs(configs, threshold=threshold, memory_limit_gb=memory_limit_gb, replicates=reps)
+    effects = knob_effects(configs, replicates=reps)
+    memory = card_fits(configs, threshold=threshold, memory_limit_gb=memory_limit_gb, replicates=reps)
+    verdict = sweep_verdict(results, decisions, effects, memory)
+    return {"decisions": decisions, "knob_effects": effects, "memory": memory, "verdict": verdict}
 
 
 def run_sweep(
@@ -163,11 +197,7 @@ def run_sweep(
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    decisions = decide_configs(
-        [{"values": r["values"], "sources": cells(r["report"])} for r in results],
-        threshold=cfg.threshold,
-        memory_limit_gb=memory_limit_gb,
-    )
+    decided = decide_sweep(results, threshold=cfg.threshold, memory_limit_gb=memory_limit_gb, seed=cfg.seed)
     return {
         "schema": "vlmdata.audit/2",
         "kind": "sweep",
@@ -176,8 +206,7 @@ def run_sweep(
         "workload": workload,
         "sweep": {k: list(v) for k, v in sweep.items()},
         "configs": results,
-        "decisions": decisions,
-        "verdict": sweep_verdict(results, decisions),
+        **decided,
     }
 
 
@@ -200,24 +229,32 @@ def _one_configuration(cfg: AuditConfig, values: dict, build: Callable, out_dir,
         return {"sources": {s: {"summary": None, "oom": oom} for s in cfg.sources}, "verdict": None}
 
 
-def sweep_verdict(results: list[dict], decisions: dict) -> dict:
-    """MISLEADING when a mock's choice costs more than the threshold of real throughput, or when any
-    configuration's own verdict is MISLEADING; else UNDECIDED when any configuration's verdict is (a gate must
-    not pass it: measure longer), else OK. The line says the decisions first, then the gap at real's best
-    configuration."""
+def sweep_verdict(
+    results: list[dict], decisions: dict, effects: dict | None = None, memory: dict | None = None
+) -> dict:
+    """MISLEADING when every choice a mock's data allows costs more than the threshold of real throughput
+    (``decisions``), when a mock cannot measure a knob that moves real throughput (``effects``), or when any
+    configuration's own verdict is MISLEADING; else UNDECIDED when any of those is undecided (a gate must not
+    pass it: measure longer), else OK. The line says the decisions first, then the knobs, then the gap at
+    real's best configuration; ``notes``: the mocks' choices that do not fit a GPU card on real data."""
+    effects = effects or {}
     status_of = {r["label"]: (r["report"].get("verdict") or {}).get("status") for r in results}
     gap_bad = [lab for lab, st in status_of.items() if st == "MISLEADING"]
     undecided = [lab for lab, st in status_of.items() if st == "UNDECIDED"]
-    if decisions["misleading"] or gap_bad:
+    if decisions["misleading"] or gap_bad or effects.get("blind"):
         status = "MISLEADING"
+    elif undecided or decisions.get("undecided") or effects.get("undecided"):
+        status = "UNDECIDED"
     else:
-        status = "UNDECIDED" if undecided else "OK"
+        status = "OK"
     best = decisions["per_source"].get("real", {}).get("best")
     at_best = next((r["report"].get("verdict") for r in results if r["label"] == best), None)
     line = f"{status}: {decisions['line']}"
+    if effects.get("line"):
+        line += f"; {effects['line']}"
     if gap_bad:
         line += f"; the mock figure overstates real in {len(gap_bad)} of {len(results)} configurations"
-    if status == "UNDECIDED":
+    if undecided:
         line += f"; the mock figure is undecided in {len(undecided)} of {len(results)} configurations: {MORE}"
     if at_best:
         line += f"; at real's best configuration ({best}): {at_best['line']}"
@@ -225,6 +262,10 @@ def sweep_verdict(results: list[dict], decisions: dict) -> dict:
         "status": status,
         "line": line,
         "decisions_misleading": decisions["misleading"],
+        "decisions_undecided": decisions.get("undecided", []),
+        "knobs_blind": effects.get("blind", []),
+        "knobs_undecided": effects.get("undecided", []),
         "configs_misleading": gap_bad,
         "configs_undecided": undecided,
+        "notes": (memory or {}).get("lines", []),
     }
