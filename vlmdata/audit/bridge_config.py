@@ -88,6 +88,7 @@ __all__ = [
     "SECTIONS",
     "PACKING_KEYS",
     "MODEL_FIELDS",
+    "EXECUTION_FIELDS",
     "RECOMPUTE_GRANULARITIES",
     "RECOMPUTE_METHODS",
 ]
@@ -144,6 +145,20 @@ MODEL_FIELDS: dict[str, str] = {
     "vision_config.fullatt_block_indexes": "int_list",
 }
 
+# Execution policy that Bridge's published mock-vs-real pair differs in besides the data (REFERENCE.md section 13:
+# forced routing balance, vision CUDA graphs, the pipeline split; recompute is its own field): by path under
+# ``model``, with the kind of value each must be. Absent keys are simply not in ``BridgeRun.execution``.
+EXECUTION_FIELDS: dict[str, str] = {
+    "moe_router_force_load_balancing": "bool",
+    "cuda_graph_impl": "str",
+    "cuda_graph_scope": "str_or_list",
+    "max_vision_cuda_graph_seq_length": "int",
+    "sequence_parallel": "bool",
+    "virtual_pipeline_model_parallel_size": "int",
+    "num_layers_in_first_pipeline_stage": "int",
+    "num_layers_in_last_pipeline_stage": "int",
+}
+
 
 @dataclass(frozen=True)
 class BridgeRun:
@@ -173,6 +188,7 @@ class BridgeRun:
     dataset_target: str | None = None
     manual_gc: bool | None = None
     manual_gc_interval: int | None = None
+    execution: dict = field(default_factory=dict)  # EXECUTION_FIELDS found: routing balance, CUDA graphs, PP split
 
 
 def read_bridge_config(path: str) -> BridgeRun:
@@ -222,6 +238,7 @@ def read_bridge_config(path: str) -> BridgeRun:
     run["model_target"] = take("model_target", ("model._target_",), "str")
     run["dataset_target"] = take("dataset_target", ("dataset._target_",), "str")
     run["model_fields"] = _model_fields(doc, sources)
+    run["execution"] = _execution(doc, sources)
     return BridgeRun(path=path, sources=sources, **run)
 
 
@@ -310,6 +327,17 @@ def _any_on(flags: dict[str, bool | None], name: str, sources: dict[str, str]) -
     stated = [where for where, value in flags.items() if value is not None]
     sources[name] = " | ".join(on or stated or list(flags))
     return True if on else (False if stated else None)
+
+
+def _execution(doc: ConfigDoc, sources: dict[str, str]) -> dict:
+    """The execution policy a benchmark may differ in besides its data (``EXECUTION_FIELDS``), those present."""
+    found = {}
+    for key, kind in EXECUTION_FIELDS.items():
+        value, where = doc.first(_model_paths(key), kind)
+        if where is not None:
+            found[key] = value
+            sources[f"execution.{key}"] = where
+    return found
 
 
 def _model_fields(doc: ConfigDoc, sources: dict[str, str]) -> dict:

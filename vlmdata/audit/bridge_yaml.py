@@ -161,6 +161,10 @@ class ConfigDoc:
             if not isinstance(value, list) or any(not isinstance(v, str) for v in value):
                 raise self.error(where, f"must be a list of strings, not {kind_of(value)}")
             return list(value)
+        if kind == "str_or_list":  # a string or a list of strings, kept as a comma-joined string
+            if isinstance(value, str):
+                return value
+            return ",".join(self.check(where, value, "str_list"))
         if kind == "recompute":
             return self._choice(where, value, RECOMPUTE_GRANULARITIES)
         if kind == "recompute_method":

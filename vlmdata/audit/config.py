@@ -12,7 +12,7 @@ a setting, with the closest one.
 The loader: ``loader_options`` is a ``LoaderOptions`` (a mapping of its fields is accepted and turned into
 one) holding how samples become batches (pixel limits, resize, the fast image path, ``image_device``, ...).
 The fields the audit sets itself for every source (``AUDIT_LOADER_FIELDS``: the model family, ``seq_length``,
-``micro_batch_size``, ``seed``, ``num_workers``, the padding of ``seq_policy``, endless epochs) have one home,
+``micro_batch_size``, ``seed``, ``num_workers``, the padding of ``seq_policy``, endless epochs that wrap) have one home,
 this object's own settings, and must stay at their defaults there. ``loader_changes()`` are the user's
 fields that differ from ``LoaderOptions``' defaults: what every source's loader gets on top of the audit's.
 
@@ -37,7 +37,8 @@ from vlmdata.audit.guard import check_device_name
 from vlmdata.audit.inputs import SOURCES, AuditError, check_loader_options, check_sources
 from vlmdata.audit.model_config import ATTENTION, COMPILE_PARTS, PRESETS
 from vlmdata.audit.run_spec import PARALLEL_FIELDS, RECOMPUTE, SEQ_POLICIES
-from vlmdata.audit.verdict import DEFAULT_THRESHOLD, PROXY_TOLERANCE
+from vlmdata.audit.layout import EXPERT_IMBALANCE
+from vlmdata.audit.verdict import DEFAULT_THRESHOLD, PROXY_TOLERANCE, REPEAT_MARGIN
 from vlmdata.errors import OptionsError
 from vlmdata.loaders.options import LoaderOptions
 
@@ -64,6 +65,7 @@ AUDIT_LOADER_FIELDS: dict[str, str | None] = {
     "pad_to_multiple_of": "`seq_policy`",
     "packing": "`seq_policy`",
     "num_epochs": None,
+    "wrap_epochs": None,
 }
 _POSITIVE = (  # integer settings >= 1 when given
     *("seq_length", "micro_batch_size", "global_batch_size", *PARALLEL_FIELDS, "slice_layers"),
@@ -135,6 +137,11 @@ class AuditConfig:
     manual_gc: bool | None = None  # Python's collector as Bridge's train.manual_gc (None: Bridge config, else manual)
     manual_gc_interval: int | None = None  # train.manual_gc_interval (None: Bridge config, else 100)
     link_gbps: float = 200.0  # per-GPU all-to-all bandwidth the modelled expert-parallel term assumes
+    # the benchmark's configuration, when it is not the run's (vlmdata.audit.benchmark): mocks run under it
+    benchmark_config: str | None = None  # the benchmark's Bridge ConfigContainer YAML
+    benchmark: dict[str, Any] = field(default_factory=dict)  # benchmark.BENCHMARK_KEYS -> value (wins over the file)
+    expert_imbalance: float = EXPERT_IMBALANCE  # natural routing's busiest EP rank / mean (vlmdata.audit.layout)
+    repeat_margin: float = REPEAT_MARGIN  # run-to-run spread every mock interval is widened by (verdict)
     # the loader
     num_workers: int | None = None  # loader workers per source and rank; None: 0 on CPU, auto on CUDA
     loader_options: LoaderOptions | Mapping[str, Any] = field(default_factory=LoaderOptions)  # module docstring
@@ -228,7 +235,7 @@ def _loader_options(value: Any) -> LoaderOptions:
         raise AuditConfigError(f"`loader_options` must be LoaderOptions or a mapping, got {value!r}") from None
     for name, home in AUDIT_LOADER_FIELDS.items():
         if getattr(opts, name) != getattr(_LOADER_DEFAULTS, name):
-            why = f"give {home} instead" if home else "the audit reads every source endlessly"
+            why = f"give {home} instead" if home else "the audit reads every source endlessly, wrapping across epochs"
             raise AuditConfigError(f"`loader_options`: {name} is set by the audit for every source; {why}")
     changes = {k: v for k, v in opts.to_dict().items() if v != getattr(_LOADER_DEFAULTS, k)}
     try:
@@ -262,6 +269,14 @@ def _check_settings(cfg: AuditConfig) -> None:
             raise AuditConfigError(f"`{name}` must be True, False or None, got {getattr(cfg, name)!r}")
     if not _number(cfg.link_gbps) or not cfg.link_gbps > 0:
         raise AuditConfigError(f"`link_gbps` must be > 0, got {cfg.link_gbps!r}")
+    if not _number(cfg.expert_imbalance) or not 1 <= cfg.expert_imbalance <= 16:
+        raise AuditConfigError(f"`expert_imbalance` must be between 1 and 16, got {cfg.expert_imbalance!r}")
+    if not _number(cfg.repeat_margin) or not 0 <= cfg.repeat_margin < 1:
+        raise AuditConfigError(f"`repeat_margin` must be between 0 and 1, got {cfg.repeat_margin!r}")
+    if cfg.benchmark_config is not None and not isinstance(cfg.benchmark_config, str):
+        raise AuditConfigError(f"`benchmark_config` must be a path, got {type(cfg.benchmark_config).__name__}")
+    if not isinstance(cfg.benchmark, dict):
+        raise AuditConfigError(f"`benchmark` must be a dict of settings, got {type(cfg.benchmark).__name__}")
     if not isinstance(cfg.workload_options, dict):
         raise AuditConfigError(f"`workload_options` must be a dict, got {type(cfg.workload_options).__name__}")
 

@@ -34,13 +34,13 @@ class LiveLoaders:
     @property
     def total(self) -> int:
         """Micro-batches the census covers per source (the most a loader is asked for)."""
-        return self.run.plan.horizon * self.run.plan.n_micro
+        return self.run.plan.horizon * max(self.run.plan.micro_of(n) for n in self.run.plan.names)
 
     def start(self) -> None:
         """Open every source's loader and fetch its first batch (its start-up wait)."""
         run = self.run
         factory = run.factory
-        for name in run.plan.cfg.sources:
+        for name in run.plan.names:
             self.live[name], opts = run.open(self.inputs[name])
             self.records[name] = {
                 "source": self.inputs[name].name,
@@ -58,11 +58,12 @@ class LiveLoaders:
         """``n`` untimed global steps per source on the live loaders."""
         run = self.run
         for _ in range(n):
-            for name in run.plan.cfg.sources:
-                run.workload.begin_step(run.plan.n_micro)
-                for j in range(run.plan.n_micro):
+            for name in run.plan.names:
+                run.configure(name)
+                run.workload.begin_step(run.plan.micro_of(name))
+                for j in range(run.plan.micro_of(name)):
                     batch = self.pending.pop(name) if name in self.pending else self.next_steady(name, j)
-                    run.workload.micro(run.plan.res.run.prepare(batch))
+                    run.workload.micro(run.plan.spec(name).prepare(batch))
                 run.workload.finish()
                 self.note_epoch(name)
 

@@ -108,6 +108,24 @@ def build_model(
     return model
 
 
+def part_params(shape: Any) -> dict[str, int]:
+    """Parameters of the whole model (``ModelShape``) by the parts Bridge freezes, counted on the meta device:
+    ``language`` (embedding, decoder, output layer), ``vision`` (the tower without its mergers), ``projection``
+    (the merger and the DeepStack mergers)."""
+    import transformers  # heavy: as build_model, only when a model is counted
+
+    cfg = shape.sliced(None, None)
+    with torch.device("meta"):
+        model = getattr(transformers, FAMILIES[shape.model_type][2])(cfg)
+    vis = model.model.visual
+    projection = sum(_count(m) for m in [vis.merger, *getattr(vis, "deepstack_merger_list", [])])
+    return {
+        "language": _count(model.model.language_model) + _count(model.lm_head),
+        "vision": _count(vis) - projection,
+        "projection": projection,
+    }
+
+
 def state_bytes(n_params: int, dtype: torch.dtype, master_weights: bool = True) -> dict[str, int]:
     """Bytes of weights, gradients, fp32 master copies and main gradients, and AdamW moments for ``n_params``.
 

@@ -4,7 +4,8 @@ An ``AuditPlan`` is the config resolved (``vlmdata.audit.resolve``: the ``RunSpe
 the default ``seq_length`` fitted to the real data (``fit_default_seq_length``), the loader workers, the
 measurement's ``block``, ``max_steps`` (whole rounds) and ``budget_s``, and the untimed ``warmup`` steps; its
 ``config_dict()`` is the result's ``config``. ``loader_options(plan, inp, images)`` is the ``LoaderOptions``
-one source is opened with: the audit's (model family, seed, workers, endless epochs, pinned memory on CUDA),
+one source is opened with: the audit's (model family, seed, workers, endless epochs that wrap: every micro-batch
+holds ``micro_batch_size`` samples, the next epoch's first ones completing an epoch's last; pinned memory on CUDA),
 the run's padding policy (``RunSpec.loader_changes``), the user's ``loader_options`` changes, the source's own.
 """
 
@@ -16,9 +17,11 @@ from typing import Any, Callable
 
 import torch
 
+from vlmdata.audit.benchmark import Benchmark, arms, is_counterfactual, resolve_benchmark
 from vlmdata.audit.config import AuditConfig, default_workers
-from vlmdata.audit.inputs import AuditError, Input, fit_seq_length
+from vlmdata.audit.inputs import MOCKS, AuditError, Input, fit_seq_length
 from vlmdata.audit.resolve import Resolved, resolve
+from vlmdata.audit.run_spec import RunSpec
 from vlmdata.errors import OptionsError
 from vlmdata.loaders.api import make_loader
 from vlmdata.loaders.options import LoaderOptions
@@ -39,6 +42,25 @@ class AuditPlan:
     cap: int  # global steps per source at most (whole rounds)
     budget_s: float
     warmup: int  # untimed global steps per source after its loader starts
+    bench: Benchmark | None = None  # the benchmark's configuration beside the run's (vlmdata.audit.benchmark)
+    arm_map: dict[str, tuple[str, RunSpec]] = dataclasses.field(default_factory=dict)  # name -> (data, spec)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name measured: the sources, then the counterfactual arms (``benchmark.arms``)."""
+        return (*self.cfg.sources, *(n for n in self.arm_map if is_counterfactual(n)))
+
+    def spec(self, name: str) -> RunSpec:
+        """The run configuration ``name`` is measured under (the run's, or the benchmark's for a mock)."""
+        return self.arm_map[name][1] if name in self.arm_map else self.res.run
+
+    def base(self, name: str) -> str:
+        """The source whose data ``name`` reads."""
+        return self.arm_map[name][0] if name in self.arm_map else name
+
+    def micro_of(self, name: str) -> int:
+        """Micro-batches per global step of ``name`` on this rank."""
+        return self.spec(name).micro_batches
 
     @property
     def n_micro(self) -> int:
@@ -82,9 +104,14 @@ def make_plan(cfg: AuditConfig, dist=None) -> AuditPlan:
     device = dist.device if dist is not None else cfg.device
     m = cfg.measure_settings()
     workers = cfg.num_workers if cfg.num_workers is not None else default_workers(device, len(cfg.sources), world)
+    res = fit_default_seq_length(cfg, resolve(cfg, world))
+    bench = resolve_benchmark(cfg, res.run)
+    mocks = tuple(s for s in cfg.sources if s in MOCKS)
     return AuditPlan(
         cfg=cfg,
-        res=fit_default_seq_length(cfg, resolve(cfg, world)),
+        res=res,
+        bench=bench,
+        arm_map=arms(cfg.sources, mocks, bench),
         world=world,
         device=device,
         workers=workers,
@@ -138,7 +165,8 @@ def loader_options(
     res = cfg.res if isinstance(cfg, AuditPlan) else (res or resolve(cfg))
     if workers is None:
         workers = cfg.workers if isinstance(cfg, AuditPlan) else 0
-    changes = {**res.run.loader_changes(), **plan_cfg.loader_changes(), **inp.options}
+    spec = cfg.spec(inp.name) if isinstance(cfg, AuditPlan) else res.run
+    changes = {**spec.loader_changes(), **plan_cfg.loader_changes(), **inp.options}
     if images is not None and changes.get("images", "decode") == "decode":  # "drop" stays "drop"
         changes["images"] = images
     if changes.get("images", "decode") != "decode":  # planning and image-free loaders decode nothing anywhere
@@ -149,6 +177,7 @@ def loader_options(
             seed=plan_cfg.seed,
             num_workers=workers,
             num_epochs=None,
+            wrap_epochs=True,  # every step a whole global batch: the next epoch's first samples complete the last
             pin_memory=torch.device(plan_cfg.device).type == "cuda" and workers > 0,
         ).replace(**changes)
     except OptionsError as e:

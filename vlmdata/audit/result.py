@@ -4,7 +4,9 @@
 measured. ``sources_result(...)``: each source's records (the stop rule's window), loader, start-up wait,
 census and pairing with real. ``straggler_model(...)``: data-parallel stragglers simulated from each
 source's census and a cost model fitted on every measured micro-batch (``vlmdata.audit.straggler_model``).
-``measurement(...)``: how the figures were obtained (rounds, stop reason, warm-up, seconds, garbage collection).
+``measurement(...)``: how the figures were obtained (rounds, stop reason, warm-up, seconds, garbage collection,
+the samples every step holds per rank and, in ``epoch_wrap``, the sources repeated within a step because an epoch
+of theirs on this rank is shorter than one step: ``census.wrap_note``).
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def _pairing(records: list[dict], real: list[dict]) -> dict:
 def sources_result(run: Any, sources: Any, loaders: Any, records: dict[str, list], window: int) -> dict[str, dict]:
     """Every source's entry of the result (module docstring)."""
     out = {}
-    for name in run.plan.cfg.sources:
+    for name in run.plan.names:
         c, inp = sources.censuses[name], sources.inputs[name]
         recs = records[name][:window]
         out[name] = {
@@ -95,6 +97,7 @@ def sources_result(run: Any, sources: Any, loaders: Any, records: dict[str, list
                 "longest_tokens": c.longest,
                 "mismatched_steps": sum(1 for r in recs if r["census_match"] is False),
                 "epoch_samples": c.epoch_samples(),
+                "rank_epoch_samples": c.rank_epoch,
             },
             "pairing": _pairing(recs, records[REAL][:window]) if inp.paired and REAL not in run.oom else None,
             "oom": run.oom.get(name),
@@ -104,7 +107,8 @@ def sources_result(run: Any, sources: Any, loaders: Any, records: dict[str, list
 
 def straggler_model(run: Any, censuses: dict, records: dict[str, list], window: int, dp_sizes=DP_SIZES) -> dict | None:
     """The simulated stragglers (module docstring); None without per-micro-batch times."""
-    recs = {n: v[:window] for n, v in records.items() if n not in run.oom and v}
+    same = {n for n in records if run.plan.spec(n) == run.plan.res.run}  # the run's configuration only
+    recs = {n: v[:window] for n, v in records.items() if n not in run.oom and v and n in same}
     micro = [
         {**m, "source": n}
         for n, rs in recs.items()
@@ -157,6 +161,8 @@ def measurement(run: Any, stop: Any, rounds: Any, warm: Any, done: int, why: str
         "steps_per_source": w,
         "real_epoch_steps": stop.epoch,
         "real_epoch_micro_batches": rounds.sources.epoch_micro,
+        "samples_per_step": plan.n_micro * plan.res.run.micro_batch_size,
+        "epoch_wrap": rounds.sources.notes,
         "stop": why,
         "open": open_items,
         "min_steps": stop.min_steps,

@@ -54,7 +54,7 @@ class MeasuredRounds:
     ):
         self.run, self.sources, self.warm, self.loaders, self.stop = run, sources, warm, loaders, stop
         self.progress = progress
-        self.records: dict[str, list] = {name: [] for name in run.plan.cfg.sources}
+        self.records: dict[str, list] = {name: [] for name in run.plan.names}
         self.rounds = 0
         spec = run.plan.res.run
         self.collector = Collector(spec.manual_gc, spec.manual_gc_interval)
@@ -63,7 +63,7 @@ class MeasuredRounds:
     def measure(self) -> tuple[int, str | None, float]:
         """Interleaved rounds until the stop rule says stop; returns (steps run, why it stopped, seconds)."""
         run, plan = self.run, self.run.plan
-        n, min_steps = len(plan.cfg.sources), self.stop.min_steps
+        n, min_steps = len(plan.names), self.stop.min_steps
         done, why = 0, None
         ctx = self.progress(n * min_steps) if self.progress else nullcontext(lambda k=1: None)
         with self.collector.measuring(), ctx as advance:
@@ -87,7 +87,7 @@ class MeasuredRounds:
 
     def _round(self, done: int, advance) -> None:
         """One round: ``block`` global steps of every source, starting with the round's first source."""
-        plan, sources = self.run.plan, self.run.plan.cfg.sources
+        plan, sources = self.run.plan, self.run.plan.names
         if self.rounds:
             self.warm.shapes(range(plan.warmup + done, plan.warmup + min(plan.cap, done + plan.block)), True)
         for name in [sources[(self.rounds + j) % len(sources)] for j in range(len(sources))]:
@@ -102,8 +102,9 @@ class MeasuredRounds:
 
     def global_step(self, name: str, k: int) -> dict | None:
         """One measured global step of ``name`` (its k-th); None when it ran out of memory."""
-        run, n_micro = self.run, self.run.plan.n_micro
+        run, n_micro = self.run, self.run.plan.micro_of(name)
         base = (run.plan.warmup + k) * n_micro
+        run.configure(name)
         parts, keys, wait_kind = [], [], "steady"
         started = time.time()  # wall clock, to line the step up with outside logs (e.g. the GPU's clocks)
         gc_before = len(self.collector.in_step)
@@ -118,7 +119,7 @@ class MeasuredRounds:
                     wait = (run.clock() - t_w) * 1e3 if kind == "steady" else 0.0
                     if self.loaders.note_epoch(name) and kind == "steady":
                         wait_kind = "epoch_boundary"
-                    batch = run.plan.res.run.prepare(batch)
+                    batch = run.plan.spec(name).prepare(batch)
                     run.workload.micro(batch, wait)
                     parts.append({"batch": batch, "wait_ms": wait, "i": base + j})
                     keys += self.loaders.keys(name)
@@ -132,7 +133,7 @@ class MeasuredRounds:
         rec["started_unix"] = started
         rec["gc_in_step_ms"] = sum(ms for _, ms in self.collector.in_step[gc_before:])
         rec["graphs_compiled_in_step"] = compile_counters().get("unique_graphs", 0) - graphs_before
-        return compose_record(rec, run.comp)
+        return compose_record(rec, run.composition(name))
 
     def _micro_part(self, name: str, p: dict) -> dict:
         """A timed micro-batch's shape, FLOPs, wait, first-seen shape items and census match."""

@@ -40,7 +40,9 @@ from vlmdata.audit.compose import Composition
 from vlmdata.audit.compose import plan as compose_plan
 from vlmdata.audit.config import AuditConfig, default_real, default_workers
 from vlmdata.audit.inputs import MOCKS, SOURCES, AuditError, Input, real_shards
+from vlmdata.audit.layout import expert_share
 from vlmdata.audit.live_loaders import LiveLoaders
+from vlmdata.audit.model import part_params
 from vlmdata.audit.plan import AuditPlan, default_loader_factory, fit_default_seq_length, loader_options, make_plan
 from vlmdata.audit.result import environment, header, iter_records, measurement, sources_result, straggler_model
 from vlmdata.audit.rounds import MeasuredRounds, global_record, micro_shape
@@ -83,6 +85,16 @@ class AuditRun:
     work_dir: str
     comp: Composition
     oom: dict[str, dict] = field(default_factory=dict)
+    comps: dict[str, Composition] = field(default_factory=dict)  # per measured name, when it differs from comp
+
+    def composition(self, name: str) -> Composition:
+        """How ``name``'s measured steps compose into its configuration's steps."""
+        return self.comps.get(name, self.comp)
+
+    def configure(self, name: str) -> None:
+        """Put the workload in ``name``'s configuration (freezing, recompute) before its steps."""
+        if self.plan.arm_map and hasattr(self.workload, "configure"):
+            self.workload.configure(self.plan.spec(name))
 
     def open(self, inp: Input, images: str | None = None) -> tuple[Any, dict]:
         """A loader for ``inp`` (``plan.loader_options``) and its options as a dict."""
@@ -110,11 +122,12 @@ def reference_workload(plan: AuditPlan, dist=None):
     if cfg.step:
         return UserWorkload(cfg.step, plan.device, cfg.workload_options)
     run = res.run
-    options = {
-        "freeze_language_model": run.freeze_language_model,
-        "freeze_vision_model": run.freeze_vision_model,
-        "freeze_vision_projection": run.freeze_vision_projection,
-        "recompute": run.recompute,
+    specs = [spec for _, spec in plan.arm_map.values()] or [run]
+    options = {  # a part is frozen when every configuration measured freezes it (``configure`` switches)
+        "freeze_language_model": all(s.freeze_language_model for s in specs),
+        "freeze_vision_model": all(s.freeze_vision_model for s in specs),
+        "freeze_vision_projection": all(s.freeze_vision_projection for s in specs),
+        "recompute": run.recompute if not plan.arm_map else "switch",
         "attention": cfg.attention,
         "compile": cfg.resolved_compile(),
         **cfg.workload_options,
@@ -131,13 +144,63 @@ def start_run(cfg: AuditConfig, factory: Callable, out_dir: str | None, dist, cl
     main = dist is None or dist.is_main
     work_dir = out_dir if (out_dir and main) else tempfile.mkdtemp(prefix="vlmdata-audit-")
     work = as_global_steps(workload if workload is not None else reference_workload(plan, dist))
+    check_switchable(plan, work)
     summary = (work.describe() or {}).get("model") or {}
     comp = (
         compose_plan(plan.res.run, plan.res.shape, summary, link_gbps=cfg.link_gbps)
         if summary.get("params_trainable")
         else Composition(1, 1, 1.0)
     )
-    return AuditRun(plan, work, factory, dist, clock, work_dir, comp)
+    run = AuditRun(plan, work, factory, dist, clock, work_dir, comp)
+    if plan.arm_map and summary.get("params_trainable"):
+        for name in plan.names:  # each configuration's optimizer shard: its own trainable parameters
+            run.configure(name)
+            own = work.describe().get("model") or {}
+            run.comps[name] = compose_plan(plan.spec(name), plan.res.shape, own, link_gbps=cfg.link_gbps)
+    return run
+
+
+def benchmark_block(run: AuditRun) -> dict:
+    """The benchmark's part of the result: both sides, every measured name's data and configuration, what the
+    layout composition and the degenerate-benchmark check need (``vlmdata.audit.attribution`` reads it)."""
+    plan = run.plan
+    bench = plan.bench
+    assert bench is not None
+    shape = plan.res.shape
+    return {
+        **bench.describe(),
+        "arms": {
+            n: {"data": plan.base(n), "micro_batches": plan.micro_of(n), "config": _side_of(plan, n)}
+            for n in plan.names
+        },
+        "layers": shape.layers,
+        "expert_share": expert_share(shape.text),
+        "expert_imbalance": plan.cfg.expert_imbalance,
+        "part_params": part_params(shape),
+    }
+
+
+def _side_of(plan: AuditPlan, name: str) -> str:
+    """Which configuration ``name`` runs: "benchmark" (a mock, ``real@benchmark``), "run" (real, synthetic,
+    ``m@run``) or the link whose intermediate configuration it is (``m@+<link>``)."""
+    if "@" not in name:
+        return "benchmark" if name in MOCKS else "run"
+    suffix = name.split("@", 1)[1]
+    return suffix if suffix in ("run", "benchmark") else suffix.removeprefix("+")
+
+
+def check_switchable(plan: AuditPlan, work) -> None:
+    """A workload that cannot switch freezing or recompute between sources (a ``--step``) runs a benchmark only
+    when the two configurations differ in what the loader does."""
+    if not plan.arm_map or hasattr(work, "configure"):
+        return
+    keys = ("freeze_language_model", "freeze_vision_model", "freeze_vision_projection", "recompute")
+    specs = {tuple(getattr(s, k) for k in keys) for _, s in plan.arm_map.values()}
+    if len(specs) > 1:
+        raise AuditError(
+            "the benchmark's configuration differs from the run's in freezing or recompute, which a `step` "
+            "workload cannot switch between sources; give the benchmark those settings of the run"
+        )
 
 
 def run_audit(
@@ -182,6 +245,8 @@ def run_audit(
         window = stop.window(done)
         result["sources"] = sources_result(run, sources, loaders, rounds.records, window)
         result["composition"] = run.comp.describe()
+        if run.plan.bench is not None:
+            result["benchmark"] = benchmark_block(run)
         result["straggler_model"] = straggler_model(run, sources.censuses, rounds.records, window)
         seconds = {"prepare": prepare_s, "loader": loader_s, "measure": measure_s, "total": clock() - t_start}
         result["measurement"] = measurement(run, stop, rounds, warm, done, why, seconds)

@@ -2,7 +2,8 @@
 
 ``Warmup`` holds the shape items already warmed and what the warm-up cost:
 
-- ``first_step()``: one full global step (optimizer state, gradient sync, main-gradient buffers), untimed;
+- ``first_step()``: one full global step (optimizer state, gradient sync, main-gradient buffers) per configuration
+  measured (``plan.names``: with a benchmark, each configuration's own optimizer path), untimed;
 - ``shapes(steps)``: the census's micro-batches of these global steps that bring a shape item nothing warmed
   yet run forward and backward untimed (no optimizer step), one round ahead of the measured rounds; under
   torchrun every rank warms the same number of batches (``agree_max``). Between rounds the time is kept
@@ -40,22 +41,27 @@ class Warmup:
         """One full global step of real's first census batch, untimed."""
         run = self.run
         t = run.clock()
-        try:
-            run.workload.begin_step(1)
-            run.workload.micro(materialize(self.censuses[REAL].batches[0]))
-            run.workload.finish()
-        except torch.OutOfMemoryError as e:
-            run.out_of_memory(REAL, "first training step", e)
+        firsts = {}  # one full step per configuration measured (its optimizer path): the first name of each
+        for name in run.plan.names:
+            firsts.setdefault(run.plan.spec(name), name)
+        for name in firsts.values():
+            try:
+                run.configure(name)
+                run.workload.begin_step(1)
+                run.workload.micro(materialize(self.censuses[name].batches[0]))
+                run.workload.finish()
+            except torch.OutOfMemoryError as e:
+                run.out_of_memory(name, "first training step", e)
         self.stats["seconds"] += run.clock() - t
-        self.stats["full_steps"] = 1
+        self.stats["full_steps"] = len(firsts)
 
     def _todo(self, steps: range) -> list[tuple[str, dict]]:
         """The census batches of ``steps`` that bring a shape item not warmed yet (now counted as warmed)."""
         run, todo = self.run, []
-        n_micro = run.plan.n_micro
-        for name in run.plan.cfg.sources:
+        for name in run.plan.names:
             if name in run.oom:
                 continue
+            n_micro = run.plan.micro_of(name)
             c = self.censuses[name]
             for i in range(steps.start * n_micro, min(len(c.items), steps.stop * n_micro)):
                 if c.items[i] - self.warmed:
@@ -76,6 +82,7 @@ class Warmup:
             if name in run.oom:
                 continue
             try:
+                run.configure(name)
                 run.workload.warm(materialize(batch))
             except torch.OutOfMemoryError as e:
                 run.out_of_memory(name, "warm-up", e)

@@ -46,6 +46,7 @@ from vlmdata.audit.step import LossForward, TrainStep
 from vlmdata.audit.user_step import UserWorkload  # noqa: F401  # re-exported (the class lives in user_step)
 
 PARALLEL = ("ddp", "fsdp")
+SWITCH = "switch"  # recompute chosen per configuration (``ReferenceWorkload.configure``)
 # what a sweep may vary besides micro_batch_size
 WORKLOAD_OPTIONS = (
     "freeze_vision",
@@ -58,31 +59,43 @@ WORKLOAD_OPTIONS = (
 )
 
 
-def _checkpointed(module) -> None:
-    """Make ``module`` recompute its forward in backward (non-reentrant activation checkpointing)."""
+def _checkpointed(module, when=None) -> None:
+    """Make ``module`` recompute its forward in backward (non-reentrant activation checkpointing); with ``when``,
+    only while ``when()`` is true."""
     forward = module.forward
 
     def recomputed(*args, **kwargs):
+        if when is not None and not when():
+            return forward(*args, **kwargs)
         return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
     module.forward = recomputed
 
 
-def apply_recompute(model, mode: str) -> int:
-    """Activation checkpointing on the reference model; returns how many modules recompute.
-    "selective": each decoder layer's attention and MoE block and each vision block's attention;
-    "full": each whole decoder layer and vision block; "none": nothing."""
-    if mode not in RECOMPUTE:
-        raise AuditError(f"`recompute` must be one of {', '.join(RECOMPUTE)}, got {mode!r}")
+def _recompute_targets(model, mode: str) -> list:
     layers, blocks = model.model.language_model.layers, model.model.visual.blocks
     if mode == "full":
-        targets = [*layers, *blocks]
-    elif mode == "selective":
-        targets = [m for layer in layers for m in (layer.self_attn, layer.mlp)] + [b.attn for b in blocks]
-    else:
-        targets = []
-    for m in targets:
-        _checkpointed(m)
+        return [*layers, *blocks]
+    if mode == "selective":
+        return [m for layer in layers for m in (layer.self_attn, layer.mlp)] + [b.attn for b in blocks]
+    return []
+
+
+def apply_recompute(model, mode: str, state: dict | None = None) -> int:
+    """Activation checkpointing on the reference model; returns how many modules recompute.
+    "selective": each decoder layer's attention and MoE block and each vision block's attention;
+    "full": each whole decoder layer and vision block; "none": nothing. "switch" (with ``state``): both sets
+    wrapped, each recomputing only while ``state["mode"]`` names it (configurations measured side by side)."""
+    if mode == SWITCH and state is not None:
+        for m in RECOMPUTE[1:]:
+            for target in _recompute_targets(model, m):
+                _checkpointed(target, lambda m=m: state["mode"] == m)
+        return 0
+    if mode not in RECOMPUTE:
+        raise AuditError(f"`recompute` must be one of {', '.join(RECOMPUTE)}, got {mode!r}")
+    targets = _recompute_targets(model, mode)
+    for target in targets:
+        _checkpointed(target)
     return len(targets)
 
 
@@ -162,7 +175,9 @@ class ReferenceWorkload:
         }
         apply_freeze(self.model, **freeze)
         self.compiled_blocks = compile_blocks(self.model, compile)  # before recompute wraps the forwards
-        self.recomputed = apply_recompute(self.model, recompute)
+        self._recompute_state = {"mode": "none"}
+        self.recomputed = apply_recompute(self.model, recompute, self._recompute_state)
+        self._config: tuple | None = None  # the configuration ``configure`` set (None: never switched)
         self.summary = model_summary(self.model)
         self.config, self.logits = self.model.config, logits
         self.per_image_kernels = attention == "sdpa"  # per-image SDPA calls: cuDNN plans per image size
@@ -187,7 +202,32 @@ class ReferenceWorkload:
         self.name = f"reference:{getattr(self.model, 'vlmdata_preset', preset)}"
 
     def shape_items(self, batch: dict) -> frozenset:
-        return shape_items(batch, loss_tokens=self.logits == "loss", per_image=self.per_image_kernels)
+        items = shape_items(batch, loss_tokens=self.logits == "loss", per_image=self.per_image_kernels)
+        if self._config is None:
+            return items
+        return frozenset((self._config, item) for item in items)  # a configuration's kernels are its own
+
+    def configure(self, spec) -> None:
+        """Freezing and recompute as ``spec`` (a ``RunSpec``) sets them: parameters trainable at construction
+        that ``spec`` freezes stop requiring gradients (the optimizer skips them), the others train again."""
+        key = (spec.freeze_language_model, spec.freeze_vision_model, spec.freeze_vision_projection, spec.recompute)
+        if key == self._config:
+            return
+        for p in self.step.trainable:
+            p.requires_grad_(True)
+        apply_freeze(
+            self.model,
+            freeze_language_model=spec.freeze_language_model,
+            freeze_vision_model=spec.freeze_vision_model,
+            freeze_vision_projection=spec.freeze_vision_projection,
+        )
+        trainable = {id(p) for p in self.step.trainable}
+        for p in self.model.parameters():  # never unfreeze what the construction froze for every configuration
+            if id(p) not in trainable:
+                p.requires_grad_(False)
+        self._recompute_state["mode"] = spec.recompute
+        self._config = key
+        self.summary = model_summary(self.model)
 
     def warm(self, batch: dict) -> None:
         self.step.warm(batch)

@@ -119,7 +119,7 @@ def parse_size(text: str) -> int:
 
 _PARAM = re.compile(r"`([a-z_]+)`")
 # library parameters whose flag is not ``--`` + the name with dashes (every command's; the one map ``cli_flags`` uses)
-PARAM_FLAGS = {"loader_options": "--loader-arg"}
+PARAM_FLAGS = {"loader_options": "--loader-arg", "benchmark": "--benchmark-set"}
 
 
 def cli_flags(text: str, names: dict[str, str] | None = None) -> str:

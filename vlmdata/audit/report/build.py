@@ -3,6 +3,7 @@ ranks merged, stragglers flagged and checked against the model, the verdict)."""
 
 from __future__ import annotations
 
+from vlmdata.audit.attribution import attribute, benchmark_verdict
 from vlmdata.audit.metrics import TOKEN_DEFINITIONS, summarize
 from vlmdata.audit.ranks import merge_ranks
 from vlmdata.audit.ranks import stragglers as find_stragglers
@@ -29,6 +30,7 @@ def build_report(results: list[dict], *, threshold: float, straggler_ratio: floa
         "run": first.get("run"),
         "composition": first.get("composition"),
         "straggler_model": first.get("straggler_model"),
+        "benchmark": first.get("benchmark"),
         "definitions": {
             "tokens": TOKEN_DEFINITIONS,
             "sources": {n: s.get("definition") for n, s in first["sources"].items()},
@@ -63,7 +65,25 @@ def build_report(results: list[dict], *, threshold: float, straggler_ratio: floa
     summaries = {k: v["summary"] for k, v in report["sources"].items() if v["summary"] is not None}
     flagged = sorted({r for s in report["stragglers"].values() for r in s["flagged"]})
     if "real" in runs and len(runs) > 1:
-        report["verdict"] = decide(runs, summaries, threshold=threshold, stragglers=flagged, seed=seed)
+        margin = float((first.get("config") or {}).get("repeat_margin") or 0.0)
+        report["verdict"] = decide(
+            runs, summaries, threshold=threshold, stragglers=flagged, seed=seed, repeat_margin=margin
+        )
+        _judge_benchmark(report, threshold, margin, seed)
     else:
         report["verdict"] = None
     return report
+
+
+def _judge_benchmark(report: dict, threshold: float, margin: float, seed: int) -> None:
+    """With a benchmark configuration: the attribution (``report["attribution"]``) and its verdict, which decides
+    the status when it is worse (a benchmark run as the training run is not cannot be judged by data alone)."""
+    attr = attribute(report, seed=seed)
+    report["attribution"] = attr
+    if not attr or not attr["mocks"]:
+        return
+    v = report["verdict"]
+    bv = benchmark_verdict(attr, 1 + threshold, margin)
+    v["benchmark"] = bv
+    v["status"] = bv["status"]  # the headline: the benchmark as it ran against the run as it runs
+    v["line"] = "\n".join([v["line"], *bv["lines"]])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from vlmdata.audit.logs import report_content
 from vlmdata.audit.metrics import STAGE_ORDER
+from vlmdata.audit.report.benchmark_tables import benchmark_tables
 from vlmdata.audit.run_tables import (
     composition_rows,
     run_rows,
@@ -279,6 +280,7 @@ def report_tables(report: dict) -> list[tuple[str, tuple]]:
         t.append(("How it was measured", measurement_rows(report)))
     if report.get("verdict"):
         t.insert(1, ("Gaps (ratio to real, 95% bootstrap interval)", gap_rows(report["verdict"])))
+    t[1:1] = benchmark_tables(report)
     if report.get("stragglers"):
         t.append(("Per rank", rank_rows(report)))
     return t

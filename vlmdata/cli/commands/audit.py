@@ -65,7 +65,7 @@ GIVEN = (  # AuditConfig fields whose flag carries the value as it is (None: not
     *("real", "profile", "device", "seed", "step", "preset", "model_config", "bridge_config", "slice_layers"),
     *("attention", "compile", "logits", "seq_length", "micro_batch_size", "global_batch_size", *PARALLEL_FIELDS),
     *("freeze_language_model", "freeze_vision_model", "freeze_vision_projection", "recompute", "link_gbps"),
-    *("manual_gc", "manual_gc_interval"),
+    *("manual_gc", "manual_gc_interval", "benchmark_config", "expert_imbalance", "repeat_margin"),
     *("num_workers", "warmup", "budget_s", "precision", "threshold"),
 )
 
@@ -85,6 +85,10 @@ HELP = {  # the audit's flags (dest -> help); every default quoted comes from th
     "manual_gc_interval": "Bridge's train.manual_gc_interval: steps between Bridge's collections, for the amortised cost the report states (default 100, the recipes'; 0: none)",
     "compile": f"run the reference model's blocks through torch.compile (inductor): none, vision (the vision tower's blocks), decoder (the decoder layers) or all, as Transformer Engine's fused kernels in Bridge; compiled during the warm-up (default {CPU['compile']} on CPU, {GPU['compile']} on CUDA)",
     "attention": f"reference model attention: varlen (packed variable-length flash kernels) or sdpa (transformers' per-image path); default {A.attention}",
+    "benchmark_config": "the benchmark's own Bridge config YAML (e.g. a pretrain-mock recipe's), when it is not run as the training run: mocks are measured under it, real under --bridge-config, and the gap is attributed factor by factor",
+    "benchmark_set": "a benchmark setting that differs from the run's (wins over --benchmark-config); repeatable. Keys: micro_batch_size, global_batch_size, seq_length, seq_policy, tp, pp, ep, cp, etp, dp, freeze_language_model, freeze_vision_model, freeze_vision_projection, recompute, force_balance, vp, cuda_graphs",
+    "expert_imbalance": f"natural routing's busiest expert-parallel rank over the mean, for the composed layout (default {A.expert_imbalance}; forced balance: 1)",
+    "repeat_margin": f"run-to-run spread a mock's interval is widened by before the verdict (default {A.repeat_margin:g})",
     "link_gbps": f"per-GPU all-to-all bandwidth in GB/s for the modelled expert-parallel term (default {A.link_gbps:g})",
     "seq_length": f"the run's seq_length (default {CPU['seq_length']} CPU / {GPU['seq_length']} CUDA)",
     "micro_batch_size": f"samples per micro-batch and rank (default {CPU['micro_batch_size']})",
@@ -138,6 +142,11 @@ def _run_arguments(p) -> None:
     p.add_argument("--attention", choices=ATTENTION, help=HELP["attention"])
     p.add_argument("--compile", choices=COMPILE_PARTS, help=HELP["compile"])
     p.add_argument("--link-gbps", type=float, help=HELP["link_gbps"])
+    p.add_argument("--benchmark-config", metavar="YAML", help=HELP["benchmark_config"])
+    kv = {"action": "append", "default": [], "type": key_value, "metavar": "KEY=VALUE"}
+    p.add_argument("--benchmark-set", dest="benchmark_set", help=HELP["benchmark_set"], **kv)
+    p.add_argument("--expert-imbalance", type=float, metavar="B", help=HELP["expert_imbalance"])
+    p.add_argument("--repeat-margin", type=fraction, help=HELP["repeat_margin"])
     p.add_argument("--seq-length", type=positive_int, help=HELP["seq_length"])
     p.add_argument("--micro-batch-size", type=positive_int, help=HELP["micro_batch_size"])
     p.add_argument("--pad-to-max-length", action="store_true", help="the same as --seq-policy max")
@@ -214,6 +223,8 @@ def config_from(args) -> AuditConfig:
     given.update({k: v for k, v in steps.items() if v is not None})
     if args.loader_arg:
         given["loader_options"] = dict(args.loader_arg)
+    if args.benchmark_set:
+        given["benchmark"] = dict(args.benchmark_set)
     return AuditConfig(**given)
 
 
