@@ -35,9 +35,9 @@ from vlmdata import sample_data_path
 from vlmdata.audit.defaults import DEVICE_DEFAULTS
 from vlmdata.audit.guard import check_device_name
 from vlmdata.audit.inputs import SOURCES, AuditError, check_loader_options, check_sources
+from vlmdata.audit.layout import EXPERT_IMBALANCE
 from vlmdata.audit.model_config import ATTENTION, COMPILE_PARTS, PRESETS
 from vlmdata.audit.run_spec import PARALLEL_FIELDS, RECOMPUTE, SEQ_POLICIES
-from vlmdata.audit.layout import EXPERT_IMBALANCE
 from vlmdata.audit.verdict import DEFAULT_THRESHOLD, PROXY_TOLERANCE, REPEAT_MARGIN
 from vlmdata.errors import OptionsError
 from vlmdata.loaders.options import LoaderOptions

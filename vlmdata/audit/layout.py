@@ -144,7 +144,7 @@ def layout_efficiency(
 
 
 def _efficiency(g, m, tp, cp, pp, vp, ep, layers, x, force, b, first, last):
-    W, Opt, V, D, H, T0 = g["W"], g["Opt"], g["V"], g["D"], g["H"], g["T0"]
+    W, Opt, V, D, H, T0 = g["W"], g["O"], g["V"], g["D"], g["H"], g["T0"]
     T1 = W + (Opt + V + D + H) / tp
     T2 = W + Opt / (tp * cp) + V / tp + (D + H) / (tp * cp)
     bal = 1.0 if (force or ep <= 1) else b
