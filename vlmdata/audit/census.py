@@ -22,7 +22,6 @@ torchrun every rank takes the longest, and the steps only when every rank's epoc
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -145,7 +144,8 @@ def census(name: str, loader, micro_batches: int, workload, prepare: Callable = 
             c.too_long_keys.setdefault(c.keys[-1][j] if j < len(c.keys[-1]) else f"micro-batch {i} row {j}", lens[j])
         c.samples.append([] if too_long else _census_samples(loader, batch, merge))  # truncated: refused below
     size = getattr(loader, "epoch_samples", None)
-    c.rank_epoch = int(size()) if callable(size) else None
+    n = size() if callable(size) else None
+    c.rank_epoch = n if isinstance(n, int) else None
     return c
 
 
@@ -231,8 +231,8 @@ def take_census(run: Any, shards: list[str]) -> Sources:
     if run.dist is not None:  # ranks' shares differ by a sample: one window for all (the longest epoch)
         micro = int(agree_max(run.dist, micro or 0)) or None
         whole = bool(agree_min(run.dist, int(whole)))
-    step_samples = plan.n_micro * plan.res.run.micro_batch_size
-    notes = [n for name in cfg.sources if (n := wrap_note(name, censuses[name], step_samples))]
+    steps = {name: plan.micro_of(name) * plan.spec(name).micro_batch_size for name in plan.names}
+    notes = [n for name in plan.names if (n := wrap_note(name, censuses[name], steps[name]))]
     return Sources(inputs, censuses, micro, _epoch_steps(micro, plan.warmup, plan.n_micro) if whole else None, notes)
 
 

@@ -119,6 +119,7 @@ def make_loader(source: Any, options: LoaderOptions | None = None, *, tokenizer=
         micro_batch_size=o.micro_batch_size,
         on_error=o.on_error,
         drop_last=o.drop_last,
+        wrap_epochs=o.wrap_epochs,
     )
     loader = VlmLoader(stream, o.num_workers, o.num_epochs, o.prefetch_factor, o.pin_memory, o.image_device)
     loader.options = o

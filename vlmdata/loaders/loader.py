@@ -39,7 +39,11 @@ class VlmLoader:
     epochs. ``iter_inline()`` yields the same batches in the same order in this process (no workers).
     ``state_dict()`` after any batch and ``load_state_dict()`` on a loader built with the same arguments,
     except possibly ``num_workers``, resume with exactly the samples not yielded yet. An epoch that yields
-    no batch at all raises ``EmptyEpochError`` (an endless loader would otherwise spin forever)."""
+    no batch at all raises ``EmptyEpochError`` (an endless loader would otherwise spin forever).
+
+    With ``wrap_epochs`` (``LoaderOptions``) a batch that an epoch leaves short is completed by the next epoch's
+    first samples, so every batch holds ``micro_batch_size`` samples (the last of a finite run excepted): each
+    of its samples counts as consumed in its own epoch, ``last_epochs`` names them, ``last_epoch`` is the latest."""
 
     def __init__(
         self,
@@ -61,7 +65,8 @@ class VlmLoader:
         self.stats = Stats()
         self.collate_fn = stream.collator
         self.last_keys: list[str] = []  # sample keys of the batch just yielded (provenance; not in the batch)
-        self.last_epoch: int | None = None  # epoch of the batch just yielded
+        self.last_epoch: int | None = None  # the latest epoch of the batch just yielded
+        self.last_epochs: list[int] = []  # the epoch of each of its samples (two epochs when it wraps)
         self.last_lengths: list[int] = []  # token lengths of its samples before truncation to seq_length
         self._epoch_yield: dict[int, tuple[int, list]] = {}  # epoch -> (samples yielded, skip records)
 
@@ -130,9 +135,12 @@ class VlmLoader:
         self._progress = {e: _Progress(self._consumed(e), [0] * self._workers()) for e in self._progress}
 
     def _advance(self, meta: BatchMeta) -> None:
-        p = self._progress.setdefault(meta.epoch, _Progress(Consumed(), [0] * self._workers()))
-        p.counts[meta.worker] = meta.position
         n = self._rank_size()
+        for part in meta.parts:
+            p = self._progress.setdefault(part.epoch, _Progress(Consumed(), [0] * self._workers()))
+            p.counts[meta.worker] = part.position
+            if self.num_epochs is None and part.epoch > self.epoch:
+                self._check_later(part.epoch, n)
         while n > 0 and self._consumed(self.epoch).prefix >= n:
             samples, skips = self._epoch_yield.pop(self.epoch, (0, []))
             check_fit(self.epoch, samples, skips, self.stream.processor.seq_length)  # nothing fit seq_length
@@ -140,6 +148,14 @@ class VlmLoader:
                 check_epoch(self.epoch, samples, skips)
             self._progress.pop(self.epoch, None)
             self.epoch += 1
+
+    def _check_later(self, epoch: int, n: int) -> None:
+        """``check_epoch`` on a later epoch than the oldest one left, once it is complete without a sample: with
+        ``wrap_epochs`` a worker holds an earlier epoch's samples until its next batch fills, which an epoch
+        without samples would never do (the endless loader would spin instead of saying why)."""
+        samples, skips = self._epoch_yield.get(epoch, (0, []))
+        if not samples and n > 0 and self._consumed(epoch).prefix >= n:
+            check_epoch(epoch, samples, skips)
 
     # -- iteration
     def _metas(self, inline: bool) -> Iterator[tuple[BatchMeta, dict | None]]:
@@ -165,13 +181,15 @@ class VlmLoader:
         for meta, batch in self._metas(inline):
             self.stats.skipped_samples.extend(meta.skipped)
             self.stats.truncated_samples.extend(meta.truncated)
-            samples, skips = self._epoch_yield.setdefault(meta.epoch, (0, []))
-            skips.extend(meta.skipped)
-            self._epoch_yield[meta.epoch] = (samples + meta.samples, skips)
+            for part in meta.parts:
+                samples, skips = self._epoch_yield.setdefault(part.epoch, (0, []))
+                skips.extend(part.skipped)
+                self._epoch_yield[part.epoch] = (samples + part.samples, skips)
             self._advance(meta)
             if batch is None:
                 continue
             self.last_keys, self.last_epoch, self.last_lengths = meta.keys, meta.epoch, meta.lengths
+            self.last_epochs = meta.epochs
             self.stats.samples += meta.samples
             self.stats.batches += 1
             if self.image_device is not None:

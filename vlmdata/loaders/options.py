@@ -30,6 +30,7 @@ BOOL_FIELDS = (
     "exact_images",
     "bridge_visual_inputs",
     "drop_last",
+    "wrap_epochs",
     "pin_memory",
 )
 
@@ -43,6 +44,10 @@ class LoaderOptions:
         ``qwen2_5_collate_fn`` (sequence_length, pad_to_max_length, pad_to_multiple_of,
         enable_in_batch_packing, in_batch_packing_pad_to_multiple_of); seq_length None: no limit.
     micro_batch_size: samples per batch; drop_last: drop a short last batch of an epoch.
+    wrap_epochs: complete a batch that an epoch leaves short with the next epoch's first samples (Megatron's
+        datasets wrap the same way), so that every batch holds ``micro_batch_size`` samples; only the last batch
+        of a finite run (``num_epochs``) can still be short (or dropped, ``drop_last``). The audit reads every
+        source endlessly with it on.
     num_workers, prefetch_factor, pin_memory: the torch DataLoader's.
     seed, shuffle, shuffle_buffer: the shard-order and in-buffer shuffle (deterministic per seed and epoch).
     rank, world_size: default torch.distributed's (else RANK / WORLD_SIZE env, else 0 / 1); pass the
@@ -85,6 +90,7 @@ class LoaderOptions:
     chat_template: str | None = None
     bridge_visual_inputs: bool = False
     drop_last: bool = False
+    wrap_epochs: bool = False
     pin_memory: bool = False
     prefetch_factor: int = 2
     images: str = "decode"

@@ -77,6 +77,18 @@ def _method_line(report: dict) -> str:
         f"start, {_loads(m.get('load_average_end'))} at the end."
         + (f" {gc_line}" if (gc_line := describe_line(m.get("gc"))) else "")
         + _compile_line(m.get("compile"))
+        + _wrap_line(m)
+    )
+
+
+def _wrap_line(m: dict) -> str:
+    """Every step a whole global batch (the loaders wrap across epochs), and the sources repeated within one."""
+    if not m.get("samples_per_step"):
+        return ""
+    repeated = "".join(f" {note}." for note in m.get("epoch_wrap") or [])
+    return (
+        f" Every step holds {m['samples_per_step']} samples per rank: an epoch's last micro-batch is completed by "
+        f"the next epoch's first samples, as Megatron's datasets wrap.{repeated}"
     )
 
 
