@@ -40,9 +40,11 @@ size), nothing changed on the container unless said (``RECIPES``; the legacy nam
   asserts it is set, ``CheckpointConfig.finalize()`` that it exists). It is the recipe's own placeholder,
   ``/path/to/checkpoint`` (its comment "Uncomment below to use a pretrained checkpoint"), and Bridge's
   ``checkpoint_utils.file_exists`` answers True for that one path while ``runtime_config_update`` runs.
+- ``bridge_qwen2_5_vl_3b_sft.yaml``: ``qwen25_vl_3b_sft_config()`` (``qwen25_vl_3b_sft_1gpu_h100_bf16_config``; TP 1),
+  1 rank; hf_qwen2_5_vl_3b.json.
 
 Not written: Qwen3-VL 2B / 4B (no such recipe in 0.6.2: its Qwen3-VL recipes are 8B, 30B-A3B, 235B-A22B) and
-Qwen2.5-VL 3B / 32B / 72B (no fixture ``config.json`` for them).
+Qwen2.5-VL 32B / 72B (no fixture ``config.json`` for them).
 
 How Bridge writes a run's config: ``ConfigContainer.to_yaml(path)`` (megatron/training/config/container.py:
 ``to_dict()``, then ``yaml.safe_dump`` under ``safe_yaml_representers``), called by ``checkpointing.save_checkpoint``
@@ -114,6 +116,7 @@ HF_CONFIGS = {  # hub id the recipe asks for -> the fixture config.json the offl
     "Qwen/Qwen3-VL-235B-A22B-Instruct": "hf_qwen3_vl_235b_a22b.json",
     "Qwen/Qwen3-VL-8B-Instruct": "hf_qwen3_vl_8b.json",
     "Qwen/Qwen2.5-VL-7B-Instruct": "hf_qwen2_5_vl_7b.json",
+    "Qwen/Qwen2.5-VL-3B-Instruct": "hf_qwen2_5_vl_3b.json",
 }
 RECIPE_CWD = "/"
 EXPECTED = os.path.join(FIXTURE_DIR, "bridge_expected.json")
@@ -127,6 +130,7 @@ FIXTURES = {
     "8b_sft": "bridge_qwen3_vl_8b_sft.yaml",
     "qwen2_5_vl_7b_sft": "bridge_qwen2_5_vl_7b_sft.yaml",
     "30b_a3b_peft": "bridge_qwen3_vl_30b_a3b_peft.yaml",
+    "qwen2_5_vl_3b_sft": "bridge_qwen2_5_vl_3b_sft.yaml",
 }
 # fixture -> the recipe function (its legacy alias, under megatron.bridge.recipes.qwen_vl)
 RECIPES = {
@@ -139,6 +143,7 @@ RECIPES = {
     "8b_sft": "qwen3_vl.qwen3_vl_8b_sft_config",
     "qwen2_5_vl_7b_sft": "qwen25_vl.qwen25_vl_7b_sft_config",
     "30b_a3b_peft": "qwen3_vl.qwen3_vl_30b_a3b_peft_config",
+    "qwen2_5_vl_3b_sft": "qwen25_vl.qwen25_vl_3b_sft_config",
 }
 # the world size runtime_config_update sees: the recipe's own GPU count ("recipe" is written before it runs)
 WORLD_SIZE = {
@@ -150,6 +155,7 @@ WORLD_SIZE = {
     "8b_sft": 2,
     "qwen2_5_vl_7b_sft": 2,
     "30b_a3b_peft": 4,
+    "qwen2_5_vl_3b_sft": 1,
 }
 PRETRAINED_CHECKPOINT = "/path/to/checkpoint"  # the PEFT recipe's own placeholder (its commented-out line)
 H100 = SimpleNamespace(major=9, minor=0, name="NVIDIA H100 80GB HBM3", total_memory=80 << 30, multi_processor_count=132)

@@ -118,6 +118,7 @@ DERIVED_DP = {
     "8b_sft": 2 // 2,
     "qwen2_5_vl_7b_sft": 2 // 2,
     "30b_a3b_peft": 4 // 1,
+    "qwen2_5_vl_3b_sft": 1 // 1,
 }
 
 MOCK = "megatron.bridge.data.builders.mock_vlm_sft.MockVLMSFTDatasetConfig"
@@ -132,6 +133,7 @@ LAYOUTS = {
     "8b_sft": (2, 1, 1, 1, 2, False, (False, False, False), HF_SFT),
     "qwen2_5_vl_7b_sft": (2, 1, 1, 1, 2, False, (False, False, False), HF_SFT),
     "30b_a3b_peft": (1, 1, 4, 1, 1, False, (False, False, False), HF_SFT),
+    "qwen2_5_vl_3b_sft": (1, 1, 1, 1, 1, False, (False, False, False), HF_SFT),
 }
 
 
@@ -183,6 +185,7 @@ HF_FIXTURES = {
     "hf_qwen3_vl_235b_a22b.json": "Qwen3VLMoEModelProvider",
     "hf_qwen3_vl_8b.json": "Qwen3VLModelProvider",
     "hf_qwen2_5_vl_7b.json": "Qwen25VLModelProvider",
+    "hf_qwen2_5_vl_3b.json": "Qwen25VLModelProvider",
 }
 
 
