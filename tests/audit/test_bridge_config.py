@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from vlmdata.audit import bridge_config
-from vlmdata.audit.bridge_config import MAX_BYTES, MODEL_FIELDS, BridgeRun, read_bridge_config
+from vlmdata.audit.bridge_config import EXECUTION_FIELDS, MAX_BYTES, MODEL_FIELDS, BridgeRun, read_bridge_config
 from vlmdata.audit.config import AuditConfig
 from vlmdata.audit.resolve import resolve
 from vlmdata.errors import BridgeConfigError, VlmdataError
@@ -90,6 +90,18 @@ SOURCES = {
     "manual_gc": "train.manual_gc",
     "manual_gc_interval": "train.manual_gc_interval",
     **{f"model_fields.{k}": f"model.{k}" for k in MODEL_30B},
+    **{f"execution.{k}": f"model.{k}" for k in EXECUTION_FIELDS},
+}
+# the SFT recipe's execution policy as Bridge wrote it: natural routing, no CUDA graphs, an even PP split
+EXECUTION_SFT = {
+    "moe_router_force_load_balancing": False,
+    "cuda_graph_impl": "none",
+    "cuda_graph_scope": None,
+    "max_vision_cuda_graph_seq_length": None,
+    "sequence_parallel": False,
+    "virtual_pipeline_model_parallel_size": None,
+    "num_layers_in_first_pipeline_stage": None,
+    "num_layers_in_last_pipeline_stage": None,
 }
 
 
@@ -142,6 +154,7 @@ def test_recipe_as_run_saves_it():
         "model_fields": MODEL_30B,
         "manual_gc": True,  # recipes/common.py
         "manual_gc_interval": 100,
+        "execution": EXECUTION_SFT,
     }
     assert run.sources == {
         **SOURCES,
@@ -185,6 +198,7 @@ def test_changed_settings():
         "model_fields": MODEL_30B,
         "manual_gc": True,
         "manual_gc_interval": 100,
+        "execution": {**EXECUTION_SFT, "sequence_parallel": True},  # TP 2: Bridge turns it on
     }
     assert run.sources == {
         **SOURCES,
