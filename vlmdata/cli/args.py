@@ -10,6 +10,7 @@ import argparse
 import math
 import re
 
+from vlmdata.errors import VlmdataError
 from vlmdata.storage import redact_text
 
 
@@ -68,6 +69,17 @@ def positive_seconds(text: str) -> float:
     if v <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
     return v
+
+
+def memory_limit_gb(text: str) -> float:
+    """GB of GPU memory, or a card's name (``vlmdata.audit.cards.CARDS``: h100, h200, b200, ...)."""
+    # the audit's registry of cards, imported by the one flag that reads it (other commands start without it)
+    from vlmdata.audit.cards import memory_limit
+
+    try:
+        return memory_limit(text)
+    except VlmdataError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("`memory_limit_gb` ", "")) from None
 
 
 def sweep_item(text: str) -> str:

@@ -3,9 +3,9 @@ training logs), and the exit code of its verdict.
 
 ``show_report(report, paths, as_json=..., quiet=...)``: with ``as_json`` the report without per-step records;
 else the report's lines (a log comparison's workload, images and logs), its summary table (a run: one row per
-source; a sweep: every configuration and the decisions; logs: per iteration and the gaps) unless ``quiet``, the
-verdict in its colour (parameters shown as flags) with its first three knobs, notes and straggler ranks on
-stderr, and the files written. ``exit_code(verdict)``: 0 OK (or no verdict), 3 MISLEADING, 4 UNDECIDED.
+source; a sweep: every configuration, the decisions and the knob effects; logs: per iteration and the gaps)
+unless ``quiet``, the verdict in its colour (parameters shown as flags) with its first three knobs (a
+sweep: its notes), notes and straggler ranks on stderr, and the files written. ``exit_code(verdict)``: 0 OK (or no verdict), 3 MISLEADING, 4 UNDECIDED.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from rich.table import Table
 
 from vlmdata.audit.logs import report_content
 from vlmdata.audit.report import decision_rows, sweep_rows
+from vlmdata.audit.report.knob_tables import knob_rows
 from vlmdata.cli.args import cli_flags
 from vlmdata.cli.console import EXIT_MISLEADING, EXIT_OK, EXIT_UNDECIDED, err, out, print_json, table
 
@@ -51,7 +52,10 @@ def show_report(report: dict, paths: dict[str, str] | None = None, *, as_json: b
         for title, head, rows in content["tables"]:
             out.print(table(title, head, rows))
     elif not quiet and report.get("kind") == "sweep":
-        for title, (head, rows) in (("configurations", sweep_rows(report)), ("decisions", decision_rows(report))):
+        tables = [("configurations", sweep_rows(report)), ("decisions", decision_rows(report))]
+        if (report.get("knob_effects") or {}).get("changes"):  # knob x source (sweeps since issue 36)
+            tables.append(("knob effects: samples/s vs the baseline, pooled (95% interval)", knob_rows(report)))
+        for title, (head, rows) in tables:
             out.print(table(title, head, rows))
     elif not quiet:
         out.print(run_table(report))
@@ -77,6 +81,8 @@ def _verdict(v: dict | None) -> None:
     out.print(f"[{colour}]{escape(cli_flags(v['line']))}[/]", soft_wrap=True)
     for k in (v.get("knobs") or [])[:3]:
         out.print(f"  - {k['message']}", soft_wrap=True, markup=False, highlight=False)
+    for note in v.get("notes") or []:  # a sweep's: the mocks' choices that do not fit a GPU card on real data
+        out.print(f"  - {cli_flags(note)}", soft_wrap=True, markup=False, highlight=False)
 
 
 def run_table(report: dict) -> Table:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from vlmdata.audit.logs import report_content
 from vlmdata.audit.metrics import STAGE_ORDER
 from vlmdata.audit.report.benchmark_tables import benchmark_tables
+from vlmdata.audit.report.knob_tables import knob_tables
 from vlmdata.audit.run_tables import (
     composition_rows,
     run_rows,
@@ -211,14 +212,19 @@ def rank_rows(report: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def sweep_rows(report: dict) -> tuple[list[str], list[list[str]]]:
-    """One row per configuration: each source's samples/s (or oom) and peak memory; '*' = does not fit."""
+    """One row per configuration: each source's samples/s (or oom) and peak memory; '*' = does not fit,
+    '=' = in the source's best set (not separable from its best)."""
     d = report["decisions"]
     names = list(d["per_source"])
     head = ["configuration", *[f"{n} samples/s" for n in names], *[f"{n} peak GB" for n in names]]
     rows = []
     for i, lab in enumerate(d["configs"]):
         cells = [d["per_source"][n]["rows"][i] for n in names]
-        rate = ["oom" if c["oom"] else (_f(c["samples_per_s"]) + ("" if c["fits"] else " *")) for c in cells]
+        best = [lab in d["per_source"][n].get("best_set", ()) for n in names]
+        rate = [
+            "oom" if c["oom"] else (_f(c["samples_per_s"]) + ("" if c["fits"] else " *") + (" =" if b else ""))
+            for c, b in zip(cells, best)
+        ]
         rows.append([lab, *rate, *[_f(c["peak_mem_gb"], "{:.1f}") for c in cells]])
     return head, rows
 
@@ -227,26 +233,38 @@ def decision_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     d = report["decisions"]
     head = [
         "mock",
-        "its best configuration",
-        "real's best",
+        "its best (set)",
+        "real's best (set)",
         "same",
         "Kendall tau (vs real)",
-        "regret (real throughput lost)",
+        "regret (real throughput lost, worst of its set)",
+        "state",
     ]
     rows = []
     for name, m in d["mocks"].items():
-        regret = m["regret"]
         rows.append(
             [
                 name,
-                m["choice"] or "-",
-                m["real_best"] or "-",
-                "yes" if m["same"] else "no",
+                ", ".join(m.get("choice_set") or [m["choice"] or "-"]),
+                ", ".join(m.get("real_set") or [m["real_best"] or "-"]),
+                m.get("agreement") or ("yes" if m["same"] else "no"),
                 _f(m["kendall_tau"], "{:.2f}"),
-                "-" if regret is None else (str(m["choice_on_real"]) if regret == float("inf") else f"{regret:.1%}"),
+                _regret_cell(m),
+                m.get("state") or "-",
             ]
         )
     return head, rows
+
+
+def _regret_cell(m: dict) -> str:
+    regret = m["regret"]
+    if regret is None:
+        return "-"
+    if regret == float("inf"):
+        worst = next((r for r in m.get("regrets") or [] if r["regret"] == regret), None)
+        return str(m["choice_on_real"]) if worst is None else f"{worst['on_real']} ({worst['config']})"
+    lo, hi = m.get("regret_lo"), m.get("regret_hi")
+    return f"{regret:.1%}" + ("" if lo is None or lo == hi else f" [{lo:.1%}, {hi:.1%}]")
 
 
 def report_tables(report: dict) -> list[tuple[str, tuple]]:
@@ -257,9 +275,11 @@ def report_tables(report: dict) -> list[tuple[str, tuple]]:
         return [
             ("Decisions: each mock's best configuration on real data", decision_rows(report)),
             (
-                "Every configuration on every source" + (f" (* = peak memory over {lim} GB)" if lim else ""),
+                "Every configuration on every source (= : in the source's best set"
+                + (f"; * = peak memory over {lim} GB)" if lim else ")"),
                 sweep_rows(report),
             ),
+            *knob_tables(report),
         ]
     t = [
         ("Throughput per source", source_rows(report)),

@@ -16,6 +16,7 @@ from vlmdata.audit.model_config import ATTENTION, COMPILE_PARTS, PRESETS
 from vlmdata.audit.report import write_report
 from vlmdata.audit.run_spec import PARALLEL_FIELDS, RECOMPUTE, SEQ_POLICIES
 from vlmdata.audit.verdict import DEFAULT_THRESHOLD
+from vlmdata.cli import args as cli_args
 from vlmdata.cli.args import fraction, key_value, non_negative_int, positive_int, positive_seconds, sweep_item
 from vlmdata.cli.console import EXIT_OK, UserError, err, progress
 from vlmdata.cli.report_view import exit_code, show_report
@@ -24,7 +25,9 @@ CPU, GPU, A = DEVICE_DEFAULTS["cpu"], DEVICE_DEFAULTS["cuda"], AuditConfig  # th
 EXIT_HELP = """exit codes:
   0  OK: every mock source is within --threshold of real (each interval below the limit), or no verdict
   3  MISLEADING: a mock source overstates real throughput (samples/s, TFLOP/s or non-pad tokens/s)
-     by more than --threshold (its interval above the limit); use it to gate a CI job or a report
+     by more than --threshold (its interval above the limit); with --sweep also: every choice a mock
+     allows costs more than --threshold on real data, or a mock cannot measure a knob that moves real
+     throughput; use it to gate a CI job or a report
   4  UNDECIDED: no mock is shown to mislead, but a mock's interval spans the limit (or too few steps
      were measured for an interval): measure longer (--max-steps, --budget-s); a gate must not pass it
   2  usage or input error (bad option, missing shards/log, unknown source)
@@ -108,7 +111,7 @@ HELP = {  # the audit's flags (dest -> help); every default quoted comes from th
     "seed": f"seed of the model, loaders, synthetic data and bootstrap (default {A.seed})",
     "out": "write report.json, report.md and report.html (and the synthetic twin) here",
     "sweep": "run every configuration of a grid on every source and report which tuning decisions each mock gets wrong; repeatable (the grid is the product). Keys: micro_batch_size, freeze_vision (0/1), recompute (none/selective/full), parallel (ddp/fsdp, under torchrun); any key for --step (passed as keyword arguments)",
-    "memory_limit_gb": "with --sweep: configurations whose measured peak memory exceeds this do not fit (a smaller card)",
+    "memory_limit_gb": "with --sweep: configurations whose measured peak memory exceeds this do not fit: GB or a card (h100 80, h200 141, b200 192); the report holds every configuration against all three cards",
 }
 COMPARE_HELP = {
     "warmup": "iterations to exclude (default: the first logged interval and the first 10%%, relaxed for short runs)",
@@ -172,7 +175,7 @@ def _measure_arguments(p) -> None:
     p.add_argument("-o", "--out", help=HELP["out"])
     p.add_argument("--json", action="store_true", help="print the report (without per-step records) as JSON")
     p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2", type=sweep_item, help=HELP["sweep"])
-    p.add_argument("--memory-limit-gb", type=float, metavar="GB", help=HELP["memory_limit_gb"])
+    p.add_argument("--memory-limit-gb", type=cli_args.memory_limit_gb, metavar="GB|CARD", help=HELP["memory_limit_gb"])
 
 
 def _compare_arguments(c) -> None:
