@@ -147,3 +147,17 @@ def test_held_samples_and_an_epoch_without_any_raise_instead_of_spinning(tok, wo
     )
     with pytest.raises(EmptyEpochError, match=r"epoch 1: every sample was skipped"):
         next(iter(ld))
+
+
+def test_bridge_external_iterator_wraps(data):
+    """Bridge's ``external`` path takes the provider's endless iterator as is: every micro-batch whole."""
+    from types import SimpleNamespace
+
+    from vlmdata.loaders.bridge import VlmdataDatasetProvider
+
+    provider = VlmdataDatasetProvider(
+        source=data[0], dataloader_type="external", micro_batch_size=3, seq_length=1024, num_workers=0
+    )
+    train, valid, _ = provider.build_datasets(SimpleNamespace(pg_collection=None, valid_samples=0))
+    rows = [next(train)["input_ids"].shape[0] for _ in range(5)]  # 15 samples: past two epoch ends of 7
+    assert rows == [3] * 5 and valid is None

@@ -14,7 +14,9 @@ importable, else from a stand-in with the same fields, so this module imports wi
   rank and resume from consumed_samples. ``collate_fn`` builds the Bridge batch (GenericVisualInputs).
   A bad sample is replaced by the next good one in the permutation and counted/logged with shard and key
   (``on_error="raise"`` raises instead).
-* "external": an endless ``make_loader`` iterator for the DP rank of ``context.pg_collection.dp``.
+* "external": an endless ``make_loader`` iterator for the DP rank of ``context.pg_collection.dp`` that wraps
+  across epochs (``wrap_epochs``: an epoch's last micro-batch is completed by the next epoch's first samples, so
+  every micro-batch Bridge's step receives holds ``micro_batch_size`` samples).
 """
 
 from __future__ import annotations
@@ -176,6 +178,7 @@ class VlmdataDatasetProvider(_Base):  # pyright: ignore[reportGeneralTypeIssues]
                     rank=rank,
                     world_size=world,
                     num_epochs=None,
+                    wrap_epochs=True,  # every micro-batch whole, as Bridge's own datasets (they wrap)
                     bridge_visual_inputs=HAVE_BRIDGE,
                 )
                 return iter(make_loader(source, opts, tokenizer=self._tokenizer()))
