@@ -234,14 +234,15 @@ def _bench_run(run: RunSpec, bridge: BridgeRun | None, given: dict[str, Any], so
             values[key], sources[key] = given[key], "flag"
         elif from_file is not None:
             values[key], sources[key] = from_file, "benchmark config"
-        else:
-            values[key], sources[key] = getattr(run, key), "run"
+        else:  # the run's value; one the run derives (DP, ETP, GBS unset) is derived again for this layout
+            values[key] = getattr(run, key)
+            sources[key] = "run" if values[key] is not None else "derived"
     if "seq_policy" in given:
         values["seq_policy"], sources["seq_policy"] = given["seq_policy"], "flag"
     else:
         values["seq_policy"], sources["seq_policy"] = run.seq_policy, "run"
-    if sources["global_batch_size"] == "run" and run.global_batch_size is None:
-        values["global_batch_size"] = run.global_batch
+    if values["global_batch_size"] is None:  # the run's global batch, not one derived again from another DP
+        values["global_batch_size"], sources["global_batch_size"] = run.global_batch, "run"
     try:
         return run.replace(**values, sources={})
     except RunSpecError as e:
