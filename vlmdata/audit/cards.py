@@ -10,9 +10,8 @@ flagged ``tight``.
 ``card_fits(configs, ...)``: per card (``SWEEP_CARDS``, and the user's ``memory_limit_gb`` when it is none of
 them) the configurations that fit per source, and, deciding as on that card (``decisions.decide_configs``
 with its limit: a mock chooses among the configurations that fit *on the mock*), each mock's choice set
-and whether it fits on real data; a line for each mock whose choice does not ("on an 80 GB card (h100):
-imagefree's best micro_batch_size=4 needs 95.1 GB on real data: it does not fit; real's best there is
-micro_batch_size=2"). Without measured peaks (a CPU run) nothing is stated.
+and whether it fits on real data; a line for each mock whose choice does not ("on h100 (80 GB): imagefree's
+best micro_batch_size=4 (95.1 GB on real data) does not fit; real's best there is micro_batch_size=2"). Without measured peaks (a CPU run) nothing is stated.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ def _cards(memory_limit_gb: float | None) -> list[tuple[str, float]]:
 
 
 def _name(card: str, gb: float) -> str:
-    return f"a {gb:g} GB card ({card})" if card != "limit" else f"the {gb:g} GB limit"
+    return f"{card} ({gb:g} GB)" if card != "limit" else f"the {gb:g} GB limit"
 
 
 def _mock_line(name: str, card: str, gb: float, d: dict, real_peaks: dict) -> str | None:
@@ -62,14 +61,19 @@ def _mock_line(name: str, card: str, gb: float, d: dict, real_peaks: dict) -> st
     bad = [r for r in d.get("regrets") or [] if r["on_real"] in ("does not fit", "oom")]
     if not bad:
         return None
-    needs = ", ".join(
-        f"{r['config']} "
-        + ("runs out of memory" if r["on_real"] == "oom" else f"needs {real_peaks[r['config']]:.1f} GB")
+    items = [
+        f"{r['config']} ("
+        + ("out of memory" if r["on_real"] == "oom" else f"{real_peaks[r['config']]:.1f} GB")
+        + " on real data)"
         for r in bad
-    )
-    which = f"{name}'s best {d['choice']}" if len(d["choice_set"]) == 1 else f"{name}'s choices include"
-    best = f"; real's best there is {d['real_best']}" if d.get("real_best") else "; nothing fits on real data"
-    return f"on {_name(card, gb)}: {which} {needs} on real data: it does not fit{best}"
+    ]
+    if len(d["choice_set"]) == 1:
+        text = f"{name}'s best {items[0]} does not fit"
+    else:
+        verb = "does" if len(items) == 1 else "do"
+        text = f"{name} cannot separate {', '.join(d['choice_set'])}; of those {', '.join(items)} {verb} not fit"
+    best = f"real's best there is {d['real_best']}" if d.get("real_best") else "nothing fits on real data"
+    return f"on {_name(card, gb)}: {text}; {best}"
 
 
 def card_fits(

@@ -33,6 +33,7 @@ from vlmdata.audit.resample import LogFigure, SweepReplicates, interval
 
 METRICS = ("samples_per_s", "nonpad_tokens_per_s")
 OFFENDER, WITHIN, UNDECIDED = "offender", "within", "undecided"
+ROUNDING = 1e-9  # equal figures that differ only in float rounding (a fake clock's sums) are not separable
 
 
 def label(values: dict) -> str:
@@ -160,7 +161,7 @@ def _source_rows(
             i = labels.index(lab)
             vs = _vs(reps, name, i, b, metric)
             rows[i]["vs_best"] = vs
-            if i == b or vs is None or vs["hi"] is None or vs["hi"] >= 1:
+            if i == b or vs is None or vs["hi"] is None or vs["hi"] >= 1 - ROUNDING:
                 best_set.append(lab)
     return {"rows": rows, "ranking": ranking, "best": best, "best_set": best_set}
 
@@ -229,8 +230,11 @@ def _tau(mock: dict, real: dict, metric: str) -> float | None:
 def _pct(r: dict) -> str:
     if r["regret"] == math.inf:
         return str(r["on_real"])
-    exact = r["lo"] is None or r["lo"] == r["hi"]  # no interval, or a point stored without its steps
-    return f"{r['regret']:.0%}" + ("" if exact else f" [{r['lo']:.0%}, {r['hi']:.0%}]")
+    text = f"{r['regret']:.0%}"
+    if r["lo"] is None:
+        return text
+    lo, hi = f"{round(r['lo'], 9):.0%}", f"{round(r['hi'], 9):.0%}"
+    return text + ("" if lo == hi == text else f" [{lo}, {hi}]")  # an exact figure without its interval
 
 
 def _line(name: str, d: dict, threshold: float) -> str:

@@ -61,16 +61,22 @@ def phrase(key: str, baseline, value) -> str:
     return f"{KEY_WORDS.get(key, key)} {_value(baseline)} -> {_value(value)}"
 
 
+def _change(ratio: float, digits: int) -> str:
+    text = f"{{:+.{digits}%}}".format(round(ratio - 1, 9))  # equal figures' float rounding: one text
+    return "+" + text[1:] if text.startswith("-") and not text.strip("-+0.%") else text  # no "-0.0%"
+
+
 def fmt_effect(eff: dict | None, digits: int = 1) -> str:
-    """``+5.2% [+3.1%, +7.4%]`` (a ratio as a change); ``-`` without one, ``oom`` where a side ran out."""
+    """``+5.2% [+3.1%, +7.4%]`` (a ratio as a change; no interval where it rounds to the point, an exact
+    figure); ``-`` without one, ``oom (side)`` where a side ran out of memory."""
     if not eff:
         return "-"
     if eff.get("oom"):
         return f"oom ({eff['oom']})"
-    pct = f"{{:+.{digits}%}}"
-    text = pct.format(eff["ratio"] - 1)
-    if eff.get("lo") is not None and eff["lo"] != eff["hi"]:
-        text += f" [{pct.format(eff['lo'] - 1)}, {pct.format(eff['hi'] - 1)}]"
+    text = _change(eff["ratio"], digits)
+    if eff.get("lo") is not None:
+        lo, hi = _change(eff["lo"], digits), _change(eff["hi"], digits)
+        text += "" if lo == hi == text else f" [{lo}, {hi}]"
     elif eff.get("few_steps"):
         text += " (too few steps)"
     return text

@@ -1,10 +1,12 @@
 """Bootstrap replicates of a sweep's figures, drawn as the headline verdict draws them.
 
 A sweep (``sweep.run_sweep``) keeps, per configuration and source, its measured global steps
-(``step_columns``: the fields a rate needs and each step's peak memory). ``SweepReplicates`` draws step
-indices once per configuration: the sources of one configuration, measured in the same interleaved rounds,
-share the draws when they have as many steps (paired, as ``verdict.gaps``); configurations, measured one
-after another, are drawn independently. A ``Figure`` is a point (the rate over all steps,
+(``step_columns``: the fields a rate needs, each step's peak memory and a digest of the samples it saw).
+``SweepReplicates`` draws step indices once for each group of step lists resampled jointly (paired): the
+sources of one configuration, measured in the same interleaved rounds, when they have as many steps (as
+``verdict.gaps``: the round's host noise cancels), and step lists of any configurations whose steps saw
+the same samples, step by step (the data's step-to-step variation cancels in a knob's ratio; e.g. freezing
+at one micro-batch size). Every other list is drawn independently. A ``Figure`` is a point (the rate over all steps,
 ``metrics.rate``; or the largest step's peak memory) and its replicates (the rate of each draw,
 ``metrics.rate_replicates``; the largest peak among each draw's steps).
 
@@ -18,6 +20,7 @@ taken as exact: zero-width intervals. Fixed seed.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -26,17 +29,65 @@ import numpy as np
 from vlmdata.audit.metrics import rate, rate_replicates
 from vlmdata.audit.verdict import MIN_INTERVAL_STEPS, expanded_level
 
-__all__ = ["STEP_FIELDS", "PEAK", "N_BOOT", "step_columns", "Figure", "LogFigure", "SweepReplicates", "interval"]
+__all__ = [
+    "STEP_FIELDS",
+    "SAMPLES",
+    "PEAK",
+    "N_BOOT",
+    "step_columns",
+    "Figure",
+    "LogFigure",
+    "SweepReplicates",
+    "interval",
+]
 
 STEP_FIELDS = ("step_ms", "samples", "tokens_nonpad", "tokens_total", "peak_mem_bytes")
+SAMPLES = "samples_digest"  # a step's digest of the sample keys it saw (None without keys)
 PEAK = "peak_mem"  # the figure name of peak memory (bytes), beside the rate names of ``metrics.RATES``
 N_BOOT = 2000
 LEGACY = 0  # ``steps`` of a figure stored without its steps: its point is taken as exact
 
 
+def _digest(keys) -> str | None:
+    return hashlib.blake2b("\n".join(map(str, keys)).encode(), digest_size=8).hexdigest() if keys else None
+
+
 def step_columns(records: list[dict]) -> list[dict]:
-    """What a sweep keeps of each measured global step (``STEP_FIELDS``)."""
-    return [{k: r.get(k) for k in STEP_FIELDS} for r in records]
+    """What a sweep keeps of each measured global step (``STEP_FIELDS`` and ``SAMPLES``)."""
+    return [{**{k: r.get(k) for k in STEP_FIELDS}, SAMPLES: _digest(r.get("keys"))} for r in records]
+
+
+def _groups(configs: list[dict]) -> list[list[tuple[int, str]]]:
+    """The step lists resampled jointly (module docstring), as groups of (configuration, source), in order."""
+    nodes = [
+        (i, name)
+        for i, c in enumerate(configs)
+        for name, cell in c["sources"].items()
+        if cell.get("steps") and not cell.get("oom")
+    ]
+    parent = {n: n for n in nodes}
+
+    def root(n):
+        while parent[n] != n:
+            n = parent[n]
+        return n
+
+    def join(a, b):
+        parent[root(b)] = root(a)
+
+    by_samples: dict[tuple, tuple[int, str]] = {}
+    for i, name in nodes:
+        steps = configs[i]["sources"][name]["steps"]
+        if configs[i].get("paired"):
+            first = next(n for n in nodes if n[0] == i and len(configs[i]["sources"][n[1]]["steps"]) == len(steps))
+            join(first, (i, name))
+        digests = tuple(st.get(SAMPLES) for st in steps)
+        if all(digests):
+            join(by_samples.setdefault(digests, (i, name)), (i, name))
+    groups: dict[tuple[int, str], list[tuple[int, str]]] = {}
+    for n in nodes:
+        groups.setdefault(root(n), []).append(n)
+    return list(groups.values())
 
 
 @dataclass(frozen=True)
@@ -105,19 +156,13 @@ class SweepReplicates:
     def __init__(self, configs: list[dict], *, n_boot: int = N_BOOT, seed: int = 0):
         self.configs = configs
         rng = np.random.default_rng(seed)
-        self._idx: list[dict[str, np.ndarray]] = []
-        for c in configs:  # drawn up front, in order: the same draws whatever is asked later
-            shared: dict[int, np.ndarray] = {}
-            draws = {}
-            for name, cell in c["sources"].items():
-                n = len(cell.get("steps") or [])
-                if not n or cell.get("oom"):
-                    continue
-                if c.get("paired"):
-                    draws[name] = shared.setdefault(n, rng.integers(0, n, (n_boot, n)))
-                else:
-                    draws[name] = rng.integers(0, n, (n_boot, n))
-            self._idx.append(draws)
+        self._idx: dict[tuple[int, str], np.ndarray] = {}
+        self.groups = _groups(configs)
+        for group in self.groups:  # drawn up front, in order: the same draws whatever is asked later
+            i, name = group[0]
+            n = len(configs[i]["sources"][name]["steps"])
+            draw = rng.integers(0, n, (n_boot, n))
+            self._idx.update({node: draw for node in group})
         self._cache: dict[tuple, Figure | None] = {}
 
     def figure(self, i: int, source: str, name: str) -> Figure | None:
@@ -132,7 +177,7 @@ class SweepReplicates:
         cell = self.configs[i]["sources"].get(source)
         if not cell or cell.get("oom"):
             return None
-        steps, idx = cell.get("steps"), self._idx[i].get(source)
+        steps, idx = cell.get("steps"), self._idx.get((i, source))
         if name == PEAK:
             peaks = [s.get("peak_mem_bytes") for s in steps or []]
             if steps and all(p is not None for p in peaks):

@@ -13,7 +13,6 @@ titles (empty for a report without ``knob_effects``: a run, a log comparison, a 
 from __future__ import annotations
 
 from vlmdata.audit.knob_effects import BLIND, EFFECT_METRICS, fmt_effect
-from vlmdata.audit.resample import PEAK
 from vlmdata.audit.verdict import UNDECIDED
 
 __all__ = ["knob_rows", "knob_detail_rows", "card_rows", "knob_tables", "KNOB_TITLE"]
@@ -89,8 +88,8 @@ def knob_tables(report: dict) -> list[tuple[str, tuple]]:
     out = [
         (KNOB_TITLE, knob_rows(report)),
         (
-            "Knob effects at each setting of the other keys (ratio - 1 with its 95% interval; "
-            f"{PEAK.replace('_', ' ')}: the largest step's)",
+            "Knob effects at each setting of the other keys (ratio - 1 with its 95% interval; peak memory: the "
+            "largest step's)",
             knob_detail_rows(report),
         ),
     ]

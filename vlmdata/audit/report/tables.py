@@ -263,8 +263,11 @@ def _regret_cell(m: dict) -> str:
     if regret == float("inf"):
         worst = next((r for r in m.get("regrets") or [] if r["regret"] == regret), None)
         return str(m["choice_on_real"]) if worst is None else f"{worst['on_real']} ({worst['config']})"
-    lo, hi = m.get("regret_lo"), m.get("regret_hi")
-    return f"{regret:.1%}" + ("" if lo is None or lo == hi else f" [{lo:.1%}, {hi:.1%}]")
+    text, lo, hi = f"{regret:.1%}", m.get("regret_lo"), m.get("regret_hi")
+    if lo is None:
+        return text
+    lo, hi = f"{round(lo, 9):.1%}", f"{round(hi, 9):.1%}"
+    return text + ("" if lo == hi == text else f" [{lo}, {hi}]")  # an exact figure without its interval
 
 
 def report_tables(report: dict) -> list[tuple[str, tuple]]:
