@@ -260,5 +260,9 @@ def _line(name: str, d: dict, threshold: float) -> str:
     if d["same"]:
         return f"{cannot}, all among real's best ({', '.join(d['real_set'])})"
     costs = "; ".join(f"{r['config']} {_pct(r)}" for r in d["regrets"])
-    verdict = {OFFENDER: "every one", WITHIN: "none", UNDECIDED: "undecided whether one"}[d["state"]]
-    return f"{cannot}; real throughput lost against real's best ({d['real_best']}): {costs}: {verdict} over {threshold:.0%}"
+    verdict = {
+        OFFENDER: f"every one costs more than {threshold:.0%}",
+        WITHIN: f"none costs more than {threshold:.0%}",
+        UNDECIDED: f"undecided against {threshold:.0%}",
+    }[d["state"]]
+    return f"{cannot}; real throughput lost against real's best ({d['real_best']}): {costs}: {verdict}"
