@@ -15,8 +15,19 @@ from __future__ import annotations
 from vlmdata.audit.knob_effects import BLIND, EFFECT_METRICS, fmt_effect
 from vlmdata.audit.verdict import UNDECIDED
 
-__all__ = ["knob_rows", "knob_detail_rows", "card_rows", "knob_tables", "KNOB_TITLE"]
+__all__ = ["knob_rows", "knob_detail_rows", "card_rows", "knob_tables", "KNOB_TITLE", "SWEEP_DEFINITIONS"]
 
+SWEEP_DEFINITIONS = (
+    "best set = the configurations not separable from a source's best (their throughput ratio to it has a 95% "
+    "interval reaching 1; below 5 steps none is separable); a mock's regret = 1 - real throughput of a "
+    "configuration of its best set / real's best, the worst of the set with its interval, infinite (oom) when it "
+    "runs out of memory or does not fit on real data; the mock misleads when every one costs more than the "
+    "threshold; knob effect = a figure with the knob at a value / at its baseline (its first value), at each "
+    "setting of the other keys and pooled (geometric mean), with the headline's bootstrap interval; a mock cannot "
+    "measure a knob when real's effect excludes no change by at least 1% and the mock measures, beyond the noise, "
+    "less than half of it; Kendall tau = rank agreement of the mock's and real's throughputs over the "
+    "configurations"
+)
 KNOB_TITLE = "Knob effects: samples/s with the knob changed vs its baseline, pooled over the other keys (95% interval)"
 
 

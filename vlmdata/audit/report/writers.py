@@ -9,6 +9,7 @@ import os
 
 from vlmdata.audit.collector import describe_line
 from vlmdata.audit.logs import report_content
+from vlmdata.audit.report.knob_tables import SWEEP_DEFINITIONS
 from vlmdata.audit.report.plots import plots
 from vlmdata.audit.report.tables import report_tables
 from vlmdata.audit.verdict import mock_line, proxy_line
@@ -116,12 +117,7 @@ def _head_lines(report: dict) -> list[tuple[str, str]]:
             ("Sweep", f"{grid} ({len(report['configs'])} configurations, every one an audit of every source)"),
             ("Settings", _settings(report)),
             ("Environment", _env_line(report)),
-            (
-                "Definitions",
-                "regret = 1 - real throughput of the mock's best configuration / real's best; "
-                "infinite (oom) when the mock's choice runs out of memory on real data; Kendall tau "
-                "= rank agreement of the mock's and real's throughputs over the configurations",
-            ),
+            ("Definitions", SWEEP_DEFINITIONS),
         ]
     lines = [("Settings", _settings(report)), ("Environment", _env_line(report))]
     if _method_line(report):
