@@ -41,7 +41,13 @@ def test_pretrain_mock_against_sft_differences_and_sources():
         "tp": (1, 4, "bridge config", "benchmark config", "composed"),
         "pp": (1, 2, "bridge config", "benchmark config", "composed"),
         "ep": (8, 4, "bridge config", "benchmark config", "composed"),
-        "dp": (8, 1, "default", "derived", "composed"),  # neither file records DP: the smallest the layout allows
+        "dp": (
+            8,
+            1,
+            "assumed",
+            "derived",
+            "composed",
+        ),  # neither file records DP: assumed, the smallest the layout allows
         "freeze_language_model": (False, True, "bridge config", "benchmark config", "measured"),
         "freeze_vision_model": (False, True, "bridge config", "benchmark config", "measured"),
     }

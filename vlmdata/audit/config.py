@@ -68,7 +68,7 @@ AUDIT_LOADER_FIELDS: dict[str, str | None] = {
     "wrap_epochs": None,
 }
 _POSITIVE = (  # integer settings >= 1 when given
-    *("seq_length", "micro_batch_size", "global_batch_size", *PARALLEL_FIELDS, "slice_layers"),
+    *("seq_length", "micro_batch_size", "global_batch_size", *PARALLEL_FIELDS, "gpus", "slice_layers"),
     *("min_steps", "max_steps", "block"),
 )
 _CHOICES = {
@@ -130,6 +130,7 @@ class AuditConfig:
     cp: int | None = None
     etp: int | None = None
     dp: int | None = None
+    gpus: int | None = None  # the run's GPU count (Bridge's world size): DP = gpus / (TP * PP * CP) unless given
     freeze_language_model: bool | None = None
     freeze_vision_model: bool | None = None
     freeze_vision_projection: bool | None = None

@@ -17,6 +17,7 @@ GPU measures (whole model, or ``slice_layers`` decoder layers and experts / EP p
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,8 @@ from typing import Any
 import torch
 
 from vlmdata.audit.bridge_config import BridgeRun, read_bridge_config
+from vlmdata.audit.bridge_model import family_conflict, model_type_of, shape_of_bridge
+from vlmdata.audit.bridge_run import BRIDGE_NAMES, data_parallel, dp_note, in_file_terms, run_notes
 from vlmdata.audit.config import AuditConfig, device_kind
 from vlmdata.audit.inputs import AuditError
 from vlmdata.audit.model_config import (
@@ -32,8 +35,8 @@ from vlmdata.audit.model_config import (
     ModelShape,
     preset_shape,
     read_model_config,
-    shape_from_bridge,
 )
+from vlmdata.audit.peft import PeftSpec, read_peft
 from vlmdata.audit.run_spec import PARALLEL_FIELDS, RunSpec, RunSpecError
 
 __all__ = ["Resolved", "resolve", "bridge_packs", "BRIDGE_RUN_FIELDS"]
@@ -57,8 +60,9 @@ class Resolved:
     shape: ModelShape
     layers: int | None  # decoder layers built (None: all)
     experts: int | None  # routed experts per layer built (None: all)
-    sources: dict[str, str]  # setting -> flag | bridge config | model config | default
+    sources: dict[str, str]  # setting -> flag | bridge config | model config | derived | assumed | default
     notes: tuple[str, ...] = ()
+    peft: PeftSpec | None = None  # the Bridge config's PEFT (vlmdata.audit.peft): base frozen, adapters trained
 
     @property
     def sliced(self) -> bool:
@@ -73,6 +77,7 @@ class Resolved:
             "sliced": self.sliced,
             "sources": dict(self.sources),
             "notes": list(self.notes),
+            "peft": self.peft.describe() if self.peft is not None else None,
         }
 
 
@@ -90,18 +95,38 @@ def bridge_packs(bridge: BridgeRun) -> bool:
     return bool(d.get("enable_offline_packing")) or in_batch
 
 
-def _shape(cfg: AuditConfig, bridge: BridgeRun | None, sources: dict[str, str]) -> ModelShape:
+def _shape(cfg: AuditConfig, bridge: BridgeRun | None, sources: dict[str, str], notes: list[str]) -> ModelShape:
+    """The model: a config.json, else the Bridge config's provider and model section, else the preset. The
+    provider is checked in every case (an unknown one is refused by name; a config.json of another family is
+    measured, and said)."""
     try:
+        if bridge is not None:
+            model_type_of(bridge)  # an unknown provider is refused by name, whatever else describes the model
         if cfg.model_config is not None:
             sources["model"] = "model config"
-            return read_model_config(cfg.model_config)
+            shape = read_model_config(cfg.model_config)
+            conflict = family_conflict(bridge, shape) if bridge is not None else None
+            notes += [conflict] if conflict else []
+            return shape
         if cfg.preset is None and bridge is not None and (bridge.model_fields or {}).get("num_layers"):
             sources["model"] = "bridge config"
-            return shape_from_bridge(bridge.model_fields, f"the model of {bridge.path}")
+            return shape_of_bridge(bridge)
         sources["model"] = "flag" if cfg.preset is not None else "default"
-        return preset_shape(cfg.preset or cfg.defaults()["preset"])
+        shape = preset_shape(cfg.preset or cfg.defaults()["preset"])
     except ModelConfigError as e:
         raise AuditError(str(e)) from None
+    wanted = model_type_of(bridge) if bridge is not None else None
+    if bridge is not None and wanted is not None and wanted != shape.model_type:
+        how = "the `preset` given" if cfg.preset is not None else "the default preset"
+        if cfg.preset is None:
+            raise AuditError(
+                f"{bridge.path}: model._target_ is {bridge.model_target!r} ({FAMILIES[wanted][0]}) but its model "
+                f"section has no num_layers and {how} is {shape.family}; give the model's config.json as `model_config`"
+            )
+        notes.append(
+            f"the run's provider is {FAMILIES[wanted][0]} but {how} ({shape.name}, {shape.family}) is measured"
+        )
+    return shape
 
 
 def _run_values(cfg: AuditConfig, bridge, sources: dict[str, str]) -> dict[str, Any]:
@@ -109,7 +134,7 @@ def _run_values(cfg: AuditConfig, bridge, sources: dict[str, str]) -> dict[str, 
     values: dict[str, Any] = {}
     for name in BRIDGE_RUN_FIELDS:
         given = getattr(cfg, name, None)
-        from_bridge = getattr(bridge, _BRIDGE_NAMES.get(name, name), None) if bridge is not None else None
+        from_bridge = getattr(bridge, BRIDGE_NAMES.get(name, name), None) if bridge is not None else None
         if given is not None:
             values[name], sources[name] = given, "flag"
         elif from_bridge is not None:
@@ -126,16 +151,6 @@ def _run_values(cfg: AuditConfig, bridge, sources: dict[str, str]) -> dict[str, 
         sources["seq_policy"] = "default"
     values["default_micro_batches"] = d["micro_batches"]
     return values
-
-
-_BRIDGE_NAMES = {
-    "tp": "tensor_parallel",
-    "pp": "pipeline_parallel",
-    "ep": "expert_parallel",
-    "cp": "context_parallel",
-    "etp": "expert_tensor_parallel",
-    "dp": "data_parallel",
-}
 
 
 def _measured_part(cfg: AuditConfig, shape: ModelShape, run: RunSpec, sources: dict[str, str]):
@@ -186,22 +201,43 @@ def resolve(cfg: AuditConfig, world_size: int = 1) -> Resolved:
     sources: dict[str, str] = {}
     notes: list[str] = []
     bridge = _bridge(cfg.bridge_config)
-    shape = _shape(cfg, bridge, sources)
+    peft = read_peft(cfg.bridge_config) if cfg.bridge_config is not None else None
+    shape = _shape(cfg, bridge, sources, notes)
     values = _run_values(cfg, bridge, sources)
-    if world_size > 1 and "dp" not in values:
-        values["dp"], sources["dp"] = world_size, "flag"
+    layout = {k: values.get(k) or 1 for k in ("tp", "pp", "cp")}
+    dp, sources["dp"] = data_parallel(cfg.dp, bridge, getattr(cfg, "gpus", None), world_size, layout)
+    values.pop("dp", None)
+    if dp is not None:
+        values["dp"] = dp
+    own = {f.name for f in dataclasses.fields(RunSpec)}
     try:
-        run = RunSpec(**values, sources={k: v for k, v in sources.items() if k in values})
+        run = RunSpec(**values, sources={k: v for k, v in sources.items() if k in own and (k in values or k == "dp")})
     except RunSpecError as e:
-        raise AuditError(str(e)) from None
+        raise AuditError(in_file_terms(str(e), bridge, sources, values)) from None
+    if bridge is not None:
+        notes += run_notes(bridge, peft, sources.get("model") == "bridge config", shape.family)
+        if sources["dp"] == "assumed":
+            notes.append(dp_note(run, bridge))
     if bridge is not None and getattr(bridge, "model_fields", None):
         notes += _model_mismatch(bridge.model_fields, shape)
+    _check_peft(peft, shape)
     layers, experts, note = _measured_part(cfg, shape, run, sources)
     if note:
         notes.append(note)
     if run.ep > 1 and not shape.experts:
         notes.append(f"ep={run.ep} on a dense decoder ({shape.family}): no experts to distribute; ignored")
-    return Resolved(run, shape, layers, experts, sources, tuple(notes))
+    return Resolved(run, shape, layers, experts, sources, tuple(notes), peft)
+
+
+def _check_peft(peft: PeftSpec | None, shape: ModelShape) -> None:
+    """A PEFT whose expert rank the model cannot have (``normalize_moe_lora`` with a top-k not dividing ``dim``)."""
+    if peft is None or not (peft.normalize_moe_lora and shape.top_k):
+        return
+    if peft.dim % shape.top_k:
+        raise AuditError(
+            f"{peft.path}: peft.normalize_moe_lora needs peft.dim ({peft.dim}) divisible by the model's top-k "
+            f"({shape.top_k}), as Bridge's LoRA does"
+        )
 
 
 def _model_mismatch(fields: dict, shape: ModelShape) -> list[str]:

@@ -27,8 +27,9 @@ data-parallel rank of it):
   rounds, collections between steps (``vlmdata.audit.collector``). ``manual_gc=False`` leaves the automatic
   collector on, as Bridge's own ``TrainingConfig`` default does.
 
-``sources`` records, for every field, where its value came from: "flag", "bridge config", "model config" or
-"default" (the report lists them).
+``sources`` records, for every field, where its value came from: "flag", "bridge config", "model config",
+"derived" (computed as Bridge computes it, e.g. DP from the GPU count), "assumed" (a value the user's Bridge config
+does not record and the audit had to guess, said in the notes) or "default" (the report lists them).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from vlmdata.errors import VlmdataError
 
 SEQ_POLICIES = ("bridge", "pad128", "max", "pack")
 RECOMPUTE = ("none", "selective", "full")
-PROVENANCE = ("flag", "bridge config", "model config", "default")
+PROVENANCE = ("flag", "bridge config", "model config", "derived", "assumed", "default")
 PARALLEL_FIELDS = ("tp", "pp", "ep", "cp", "etp", "dp")
 
 

@@ -130,6 +130,7 @@ def reference_workload(plan: AuditPlan, dist=None):
         "recompute": run.recompute if not plan.arm_map else "switch",
         "attention": cfg.attention,
         "compile": cfg.resolved_compile(),
+        "peft": res.peft,
         **cfg.workload_options,
     }
     logits = cfg.resolved_logits()

@@ -40,6 +40,7 @@ from vlmdata.audit.distributed import GradAllReduce, shard_fsdp
 from vlmdata.audit.flops import step_flops
 from vlmdata.audit.inputs import AuditError
 from vlmdata.audit.kernels import compile_blocks, kernel_name
+from vlmdata.audit.lora import ADAPTER_ATTR, apply_lora
 from vlmdata.audit.model import build_model, model_summary
 from vlmdata.audit.run_spec import RECOMPUTE
 from vlmdata.audit.step import LossForward, TrainStep
@@ -126,6 +127,10 @@ def apply_freeze(
     if freeze_vision_model and not freeze_vision_projection:
         for m in projection:
             m.requires_grad_(True)
+    for m in modules:  # PEFT adapters train in a frozen part: Bridge adds them after the provider's freeze
+        for p in m.parameters():
+            if getattr(p, ADAPTER_ATTR, False):
+                p.requires_grad_(True)
 
 
 class ReferenceWorkload:
@@ -153,6 +158,7 @@ class ReferenceWorkload:
         compile: str = "none",
         layers: int | None = None,
         experts: int | None = None,
+        peft=None,
     ):
         if parallel not in PARALLEL:
             raise AuditError(f"`parallel` must be one of {', '.join(PARALLEL)}, got {parallel!r}")
@@ -173,7 +179,12 @@ class ReferenceWorkload:
             "freeze_vision_model": bool(freeze_vision_model or freeze_vision),
             "freeze_vision_projection": bool(freeze_vision_projection or freeze_vision),
         }
-        apply_freeze(self.model, **freeze)
+        # PEFT (vlmdata.audit.lora): LoRA freezes every base weight; a VLMLoRA's flags add to the run's
+        self.adapters = apply_lora(self.model, peft) if peft is not None else None
+        if peft is not None and peft.freeze:
+            freeze = {k: v or bool(peft.freeze.get(k)) for k, v in freeze.items()}
+        if peft is None or peft.freeze:
+            apply_freeze(self.model, **freeze)
         self.compiled_blocks = compile_blocks(self.model, compile)  # before recompute wraps the forwards
         self._recompute_state = {"mode": "none"}
         self.recomputed = apply_recompute(self.model, recompute, self._recompute_state)
@@ -188,6 +199,7 @@ class ReferenceWorkload:
             "attention": attention,
             "compile": compile,
             "parallel": parallel if dist is not None and dist.world_size > 1 else None,
+            "peft": {**peft.describe(), "adapter_params": self.adapters} if peft is not None else None,
         }
         sync, optimizer, forward = None, None, None
         if fsdp:
