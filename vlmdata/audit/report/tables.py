@@ -264,10 +264,10 @@ def _regret_cell(m: dict) -> str:
         worst = next((r for r in m.get("regrets") or [] if r["regret"] == regret), None)
         return str(m["choice_on_real"]) if worst is None else f"{worst['on_real']} ({worst['config']})"
     text, lo, hi = f"{regret:.1%}", m.get("regret_lo"), m.get("regret_hi")
-    if lo is None:
+    if lo is None or hi is None:
         return text
-    lo, hi = f"{round(lo, 9):.1%}", f"{round(hi, 9):.1%}"
-    return text + ("" if lo == hi == text else f" [{lo}, {hi}]")  # an exact figure without its interval
+    bounds = f"{round(lo, 9):.1%}", f"{round(hi, 9):.1%}"
+    return text + ("" if bounds == (text, text) else f" [{bounds[0]}, {bounds[1]}]")  # exact: no interval
 
 
 def report_tables(report: dict) -> list[tuple[str, tuple]]:
