@@ -21,14 +21,12 @@ accepts them precomputed as ``image_*`` keyword arguments: ``cu_seqlens``, ``max
 ``position_ids``, the position-embedding interpolation taps, and for Qwen2.5-VL the window index). The
 step copies them to the device with the batch.
 
-``compile_blocks(model, parts)`` runs the vision blocks and/or decoder layers through ``torch.compile``
-(inductor; one compiled forward per block class, shared by all its blocks; a length that changes becomes a
-dynamic size on its second value): the elementwise work between the GEMMs and attention (rotary embeddings,
-residual adds, the MoE router's softmax and top-k weights, gating) fused as Transformer Engine fuses it in
-Bridge. On the H200 (``bench/step_kernels.py --compile``) the ``h200`` preset's step ran 1.33x faster than eager
-with every other kernel here. ``set_compiled(parts)`` switches patched blocks between compiled and plain (for
-before/after measurements); ``compile_counters()`` are dynamo's graph counts (the audit counts graphs built
-inside timed steps).
+The blocks through ``torch.compile`` live in ``vlmdata.audit.compiled`` (``compile_blocks``, ``set_compiled``,
+the recompile budget; re-exported here); ``compile_counters()`` are dynamo's graph counts (the audit counts
+graphs built inside timed steps). Inside a compiled block the segment lengths stay symbolic: ``max_len`` is
+passed on as given (no ``int()``, which would make each value a new graph), and where no variable-length
+kernel runs (CPU, fp32) the per-segment fallback is one opaque operator (``vlmdata::segment_attention``, as
+torch's ``varlen_attn`` is one) instead of a Python loop over a device list that the graph would unroll.
 
 A packed decoder batch (``seq_policy="pack"``: one row of several samples) passes its sample boundaries
 through ``packed(cu_seqlens, max_len)``, a context the decoder attention reads; it is a plain module
@@ -44,8 +42,6 @@ from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
-
-from vlmdata.audit.model_config import COMPILE_PARTS
 
 VARLEN = "vlmdata_flash_varlen"
 
@@ -93,6 +89,11 @@ def packed(cu_seqlens: torch.Tensor | None, max_len: int | None):
         _PACKED = before
 
 
+def packed_now() -> dict[str, Any] | None:
+    """The current micro-batch's packed decoder boundaries (``{"cu": tensor, "max": int}``) or None."""
+    return _PACKED
+
+
 def set_segment_mode(mode: str) -> None:
     """How the vision tower's packed images attend: "varlen" (one variable-length flash call over all of
     them) or "per_image" (one SDPA call per image, split by host-known lengths: no device sync; SDPA picks
@@ -129,6 +130,11 @@ def _flag(cond) -> bool:
     return True if cond else False
 
 
+def _int(n):
+    """``n`` as an int without specialising a symbolic one (``int()`` of a traced size adds a guard on its value)."""
+    return n if isinstance(n, (int, torch.SymInt)) else int(n)
+
+
 def _per_segment(q, k, v, cu: list[int], causal: bool, scale: float | None) -> torch.Tensor:
     """[T, H, D] inputs -> [T, H, D]: one SDPA call per segment (CPU / fallback)."""
     outs = []
@@ -143,12 +149,87 @@ def _per_segment(q, k, v, cu: list[int], causal: bool, scale: float | None) -> t
     return torch.cat(outs, 0) if outs else q.new_zeros(q.shape)
 
 
+@torch.library.custom_op("vlmdata::segment_attention", mutates_args=())
+def _segment_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, max_len: int, causal: bool, scale: float | None
+) -> torch.Tensor:  # torch.library maps ``int`` to SymInt: a symbolic max_len passes
+    """``_per_segment`` as one operator, opaque to ``torch.compile`` (the fallback's path inside a compiled
+    block: its loop over a device list would unroll into the graph, one graph per segment count); ``max_len``
+    is unused, there for the same call as ``varlen_attn``'s."""
+    return _per_segment(q, k, v, cu.tolist(), causal, scale)
+
+
+@_segment_attention.register_fake
+def _segment_attention_fake(q, k, v, cu, max_len, causal, scale):
+    return torch.empty_like(q)
+
+
+@torch.library.custom_op("vlmdata::segment_attention_backward", mutates_args=())
+def _segment_attention_backward_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu: torch.Tensor,
+    grad: torch.Tensor,
+    causal: bool,
+    scale: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of ``_segment_attention``, segment by segment (softmax attention's backward written out: an
+    operator's body runs below autograd); one operator too, so that a compiled backward does not trace it."""
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    bounds = cu.tolist()
+    rep = q.shape[1] // k.shape[1]
+    for s, e in zip(bounds[:-1], bounds[1:]):
+        if e > s:
+            _segment_grads(q, k, v, grad, (s, e), rep, causal, scale, (dq, dk, dv))
+    return dq, dk, dv
+
+
+def _segment_grads(q, k, v, grad, span, rep: int, causal: bool, scale: float | None, out) -> None:
+    """One segment's dq, dk, dv (written into ``out``) from [L, H, D] slices; grouped heads summed back."""
+    s, e = span
+    qs, gs = (x[s:e].transpose(0, 1).float() for x in (q, grad))
+    ks, vs = (x[s:e].transpose(0, 1).float().repeat_interleave(rep, dim=0) for x in (k, v))
+    c = scale if scale is not None else qs.shape[-1] ** -0.5
+    scores = (qs @ ks.transpose(1, 2)) * c
+    if causal:
+        n = e - s
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    p = scores.softmax(-1)
+    dp = gs @ vs.transpose(1, 2)
+    ds = p * (dp - (dp * p).sum(-1, keepdim=True)) * c
+    heads = k.shape[1]
+    out[0][s:e] = (ds @ ks).transpose(0, 1).to(q.dtype)
+    out[1][s:e] = (ds.transpose(1, 2) @ qs).view(heads, rep, e - s, -1).sum(1).transpose(0, 1).to(k.dtype)
+    out[2][s:e] = (p.transpose(1, 2) @ gs).view(heads, rep, e - s, -1).sum(1).transpose(0, 1).to(v.dtype)
+
+
+@_segment_attention_backward_op.register_fake
+def _segment_attention_backward_fake(q, k, v, cu, grad, causal, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _segment_attention_setup(ctx, inputs, output) -> None:
+    q, k, v, cu, _, causal, scale = inputs
+    ctx.save_for_backward(q, k, v, cu)
+    ctx.causal, ctx.scale = causal, scale
+
+
+def _segment_attention_backward(ctx, grad):
+    q, k, v, cu = ctx.saved_tensors
+    dq, dk, dv = _segment_attention_backward_op(q, k, v, cu, grad, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None, None, None
+
+
+_segment_attention.register_autograd(_segment_attention_backward, setup_context=_segment_attention_setup)
+
+
 def varlen_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     cu_seqlens: torch.Tensor,
-    max_len: int,
+    max_len: int | torch.SymInt,
     *,
     causal: bool,
     scale: float | None = None,
@@ -158,7 +239,7 @@ def varlen_attention(
     Args:
         q, k, v: [T, H, D] (k and v may have fewer heads than q: grouped-query attention).
         cu_seqlens: int32 [N+1] segment boundaries on q's device.
-        max_len: the longest segment (a host int: no device sync).
+        max_len: the longest segment (a host int, or a symbolic one inside a compiled block: no device sync).
         causal: causal within each segment (the decoder) or bidirectional (vision).
         scale: softmax scale (default 1/sqrt(D)).
 
@@ -182,8 +263,11 @@ def varlen_attention(
             else:
                 kw["window_size"] = (-1, 0)
         cu = cu_seqlens.to(torch.int32)
-        out = fn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, max_len, max_len, **kw)
+        m = cast(int, max_len)  # a SymInt inside a compiled block: the operator's schema takes SymInt
+        out = fn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, m, m, **kw)
         return out[0] if isinstance(out, tuple) else out
+    if torch.compiler.is_compiling():
+        return _segment_attention(q, k, v, cu_seqlens, max_len, causal, scale)
     return _per_segment(q, k, v, cu_seqlens.tolist(), causal, scale)
 
 
@@ -220,7 +304,7 @@ def attention_forward(
         if max_len is None:  # not precomputed by the caller: one sync
             max_len = int((cu[1:] - cu[:-1]).max().item())
         q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))
-        out = varlen_attention(q, k, v, cu, int(max_len), causal=causal, scale=scaling)
+        out = varlen_attention(q, k, v, cu, _int(max_len), causal=causal, scale=scaling)
         return out.unsqueeze(0), None
     if attention_mask is not None and attention_mask.ndim == 4:
         mask = attention_mask[:, :, :, : key.shape[-2]]
@@ -264,72 +348,6 @@ def fuse_rms_norm(model) -> int:
     return n
 
 
-_COMPILE_ON = {"vision", "decoder"}  # the parts whose patched blocks run compiled (set_compiled)
-_COMPILED: dict[type, Any] = {}  # one compiled forward per block class, shared by every block of it
-
-
-def _parts(parts: str) -> tuple[str, ...]:
-    """The block kinds a ``COMPILE_PARTS`` value names ("all": both, "none": neither)."""
-    if parts not in COMPILE_PARTS:
-        raise ValueError(f"compile parts must be one of {COMPILE_PARTS}, got {parts!r}")
-    return {"all": ("vision", "decoder"), "none": ()}.get(parts, (parts,))
-
-
-def _blocks(model, part: str) -> list[torch.nn.Module]:
-    inner = getattr(model, "model", model)
-    if part == "vision":
-        return list(getattr(getattr(inner, "visual", None), "blocks", None) or [])
-    return list(getattr(getattr(inner, "language_model", None), "layers", None) or [])
-
-
-def _compiled_forward(cls: type):
-    fn = _COMPILED.get(cls)
-    if fn is None:
-        fn = _COMPILED[cls] = torch.compile(cls.forward, dynamic=None)
-    return fn
-
-
-def _dispatch_forward(self, *args, **kwargs):
-    """A compiled block's forward: the class's compiled forward while compilation is on, else the plain one."""
-    cls = type(self)
-    if getattr(self, "vlmdata_compiled", None) in _COMPILE_ON:
-        return _compiled_forward(cls)(self, *args, **kwargs)
-    return cls.forward(self, *args, **kwargs)
-
-
-def compile_blocks(model, parts: str = "all") -> int:
-    """Run the vision tower's blocks and/or the decoder's layers through ``torch.compile`` (inductor; a
-    sequence length that changes is made dynamic on its second value, so one graph per block class serves
-    every length after that, not one per shape), fusing their elementwise
-    work (rotary embeddings, residual adds, the MoE router's softmax and top-k weights, activation and gating)
-    into few kernels, as Transformer Engine's fused kernels do in Bridge. The blocks' own modules, hooks and
-    activation recompute stay as they are (only ``forward`` is replaced). Returns how many blocks were patched.
-    """
-    import types
-
-    chosen = _parts(parts)
-    if not chosen:
-        return 0
-    import torch._dynamo
-
-    # every block of a class shares one compiled forward; give it room for the shapes' specialisations
-    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-    n = 0
-    for part in chosen:
-        for block in _blocks(model, part):
-            block.forward = types.MethodType(_dispatch_forward, block)
-            block.vlmdata_compiled = part  # pyright: ignore[reportArgumentType]  (nn.Module takes any value)
-            n += 1
-    return n
-
-
-def set_compiled(parts: str) -> None:
-    """Which of ``compile_blocks``' patched blocks run compiled (``COMPILE_PARTS``; for before/after
-    measurements: the others run their plain forward)."""
-    global _COMPILE_ON
-    _COMPILE_ON = set(_parts(parts))
-
-
 def compile_counters() -> dict[str, int]:
     """Dynamo's running totals: graphs compiled and frames it gave up on (the step counts their change)."""
     try:
@@ -347,6 +365,7 @@ def register() -> str:
     from transformers import AttentionInterface
 
     AttentionInterface.register(VARLEN, attention_forward)
+    _varlen_kernel()  # resolved now, not on a compiled block's first call (a guard on the lazy global)
     return VARLEN
 
 
@@ -398,3 +417,13 @@ def vision_kwargs(visual, grid: torch.Tensor) -> dict[str, Any]:
         )
         out.update(image_interp_indices=idx, image_interp_weights=w)
     return out
+
+
+def __getattr__(name: str):
+    """``compile_blocks``, ``set_compiled`` and the budget live in ``vlmdata.audit.compiled`` (which reads this
+    module's packed context); re-exported lazily here, where callers found them before."""
+    if name in ("compile_blocks", "set_compiled", "set_budget", "compile_stats"):
+        from vlmdata.audit import compiled  # function-level: compiled imports this module (a cycle at the top)
+
+        return getattr(compiled, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
