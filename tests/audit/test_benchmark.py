@@ -315,3 +315,39 @@ def test_a_clear_gap_stays_misleading_with_the_margin():
         runs = _runs(rng, ratio)
         summaries = {k: summarize(v["records"]) for k, v in runs.items()}
         assert decide(runs, summaries, threshold=0.10, repeat_margin=0.03)["status"] == "MISLEADING"
+
+
+# ------------------------------------------------------------------ audit compare: the settings two runs differ in
+
+
+def test_compare_lists_the_settings_the_runs_differ_in():
+    from vlmdata.audit.logs import compare_logs
+
+    rep = compare_logs(f"{FIX}/bridge_mock.log", f"{FIX}/bridge_real.log", mock_config=MOCK, real_config=SFT)
+    diffs = {d["key"]: (d["mock"], d["real"], d["mock_from"]) for d in rep["settings"]}
+    assert diffs == {
+        "freeze_language_model": ("true", "false", "config"),
+        "freeze_vision_model": ("true", "false", "config"),
+        "tp": ("4", "1", "config"),
+        "pp": ("2", "1", "config"),
+        "ep": ("4", "8", "config"),
+        "sequence_parallel": ("true", "false", "config"),
+        "dataset": ("MockVLMSFTDatasetConfig", "DirectHFSFTDatasetConfig", "config"),
+    }
+    assert any("--benchmark-config MOCK.yaml" in n for n in rep["notes"])
+    assert "the runs differ in configuration: freeze_language_model true vs false" in rep["verdict"]["line"]
+    plain = compare_logs(f"{FIX}/bridge_mock.log", f"{FIX}/bridge_real.log")
+    assert plain["settings"] == [] and "differ in configuration" not in plain["verdict"]["line"]
+
+
+def test_compare_reads_settings_from_the_logs_dumps(tmp_path):
+    from vlmdata.audit.logs import compare_logs
+
+    real = open(f"{FIX}/bridge_real.log").read()
+    frozen = real.replace("model:\n", "model:\n  freeze_language_model: true\n  tensor_model_parallel_size: 4\n", 1)
+    (tmp_path / "mock.log").write_text(frozen)
+    (tmp_path / "real.log").write_text(real.replace("model:\n", "model:\n  freeze_language_model: false\n", 1))
+    rep = compare_logs(str(tmp_path / "mock.log"), str(tmp_path / "real.log"))
+    assert [(d["key"], d["mock"], d["real"], d["mock_from"]) for d in rep["settings"]] == [
+        ("freeze_language_model", "true", "false", "log")
+    ]

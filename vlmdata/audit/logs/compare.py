@@ -13,6 +13,7 @@ import re
 
 from vlmdata.audit.logs.parse import LogError, config_value, parse_log
 from vlmdata.audit.logs.records import log_summary, to_records
+from vlmdata.audit.logs.settings import attribution_note, setting_differences
 from vlmdata.audit.verdict import DEFAULT_THRESHOLD, decide, verdict_line
 
 # dump fields that identify the model (compared between the logs when both print them)
@@ -154,6 +155,8 @@ def compare_logs(
     seq_length: int | None = None,
     threshold: float = DEFAULT_THRESHOLD,
     allow_mismatch: bool = False,
+    mock_config: str | None = None,
+    real_config: str | None = None,
 ) -> dict:
     """The audit verdict for two training logs (``mock`` run vs ``real`` run of the same workload).
 
@@ -164,10 +167,12 @@ def compare_logs(
         seq_length: tokens per sample when the logs do not print seq_length.
         threshold: MISLEADING when mock/real exceeds 1 + threshold.
         allow_mismatch: compare even when the workloads differ (the differences are listed).
+        mock_config, real_config: each run's Bridge ``ConfigContainer`` YAML (optional): the settings the runs
+            differ in are read from them first, then from the logs' dumps (``settings.setting_differences``).
 
     Returns:
         The report dict: ``{"schema", "kind": "logs", "config", "workload", "sources": {"mock", "real"},
-        "verdict", "mismatches", "notes"}`` (``report_content`` says how to show it).
+        "verdict", "mismatches", "settings", "notes"}`` (``report_content`` says how to show it).
 
     Raises:
         LogError: a log cannot be read or has nothing to measure after warm-up.
@@ -185,10 +190,17 @@ def compare_logs(
     images = any(evidence.values())
     summaries = {k: v["summary"] for k, v in sources.items()}
     verdict = _adjust_verdict(decide(runs, summaries, threshold=threshold, more=LOG_MORE), summaries["real"], images)
+    settings = setting_differences(parsed, {"mock": mock_config, "real": real_config})
     notes = [f"{k}: {n}" for k in ("mock", "real") for n in infos[k]["notes"]]
+    if note := attribution_note(settings):
+        notes.append(note)
+        verdict["line"] += "\nthe runs differ in configuration: " + ", ".join(
+            f"{d['key']} {d['mock']} vs {d['real']}" for d in settings
+        )
     if diffs:
         notes.append("compared although the workloads differ: " + "; ".join(f"{w} {a} vs {b}" for w, a, b in diffs))
     config = {"mock": mock, "real": real, "warmup": warmup, "seq_length": seq_length}
+    config |= {"mock_config": mock_config, "real_config": real_config}
     return {
         "schema": "vlmdata.audit/1",
         "kind": "logs",
@@ -197,6 +209,7 @@ def compare_logs(
         "sources": sources,
         "verdict": verdict,
         "mismatches": [{"what": w, "mock": a, "real": b} for w, a, b in diffs],
+        "settings": settings,
         "notes": notes,
     }
 

@@ -66,6 +66,17 @@ def report_content(report: dict) -> dict:
                 [[src, *[_ci(g.get(m)) for m in metrics]] for src, g in gaps.items()],
             )
         )
+    if report.get("settings"):
+        tables.append(
+            (
+                "Settings the runs differ in (from: the log's dump or the given Bridge config)",
+                ["setting", "mock", "from", "real", "from", "what it changes"],
+                [
+                    [d["key"], d["mock"], d["mock_from"], d["real"], d["real_from"], d["meaning"]]
+                    for d in report["settings"]
+                ],
+            )
+        )
     return {"lines": lines, "tables": tables, "plot_metrics": metrics}
 
 

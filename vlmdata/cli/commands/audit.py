@@ -185,6 +185,8 @@ def _compare_arguments(c) -> None:
     c.add_argument("--seq-length", type=positive_int, help=COMPARE_HELP["seq_length"])
     c.add_argument("--threshold", type=fraction, default=DEFAULT_THRESHOLD, help=COMPARE_HELP["threshold"])
     c.add_argument("--allow-mismatch", action="store_true", help=COMPARE_HELP["allow_mismatch"])
+    for side in ("mock", "real"):
+        c.add_argument(f"--{side}-config", metavar="YAML", help=f"the {side} run's Bridge config (run_config.yaml)")
     c.add_argument("-o", "--out", help="write report.json, report.md and report.html into this folder")
     c.add_argument("--json", action="store_true", help="print the report (without per-interval records) as JSON")
     quiet = "accepted for symmetry: the table and the verdict are always printed"
@@ -259,6 +261,7 @@ def run_compare(args) -> int:
     if args.out:  # before reading: -o can be written and never replaces a log
         check_report_dir(args.out, [args.mock, args.real])
     kw = {"warmup": args.warmup, "seq_length": args.seq_length, "allow_mismatch": args.allow_mismatch}
+    kw |= {"mock_config": args.mock_config, "real_config": args.real_config}
     report = compare_logs(args.mock, args.real, threshold=args.threshold, **kw)
     paths = write_report(report, args.out) if args.out else None
     show_report(report, paths, as_json=args.json)
