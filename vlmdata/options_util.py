@@ -14,10 +14,19 @@ from collections.abc import Iterable
 from vlmdata.errors import OptionsError
 
 
-def at_least(name: str, value, low: int, error: type[Exception] = OptionsError) -> None:
-    """``error`` unless ``value`` is an integer (not a bool) of at least ``low``."""
+def at_least(name: str, value, low: int, error: type[Exception] = OptionsError, high: int | None = None) -> None:
+    """``error`` unless ``value`` is an integer (not a bool) of at least ``low`` (and at most ``high``)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise error(f"`{name}` must be an integer >= {low}, got {value!r}")
+        raise error(f"`{name}` must be an integer >= {low}, got {shown(value)}")
+    if high is not None and value > high:
+        raise error(f"`{name}` must be at most {high}, got {shown(value)}")
+
+
+def shown(value) -> str:
+    """A value for a message: at most 80 characters; an integer too long to print (4,300+ digits raise) by size."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >> 64:
+        return f"an integer of {abs(value).bit_length()} bits"
+    return repr(value)[:80]
 
 
 def env_int(name: str, default: int, low: int = 0, error: type[Exception] = OptionsError) -> int:

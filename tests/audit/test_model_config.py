@@ -76,7 +76,7 @@ def test_slices_keep_width_and_local_experts():
         ("not json", "not readable JSON"),
         ("[1, 2]", "not a JSON object"),
         ('{"model_type": "llama"}', "not supported"),
-        ('{"model_type": "qwen3_vl_moe", "text_config": {"num_hidden_layers": 0}}', "positive integer"),
+        ('{"model_type": "qwen3_vl_moe", "text_config": {"num_hidden_layers": 0}}', "vision_config is missing"),
     ],
 )
 def test_bad_config_files_are_named(tmp_path, content, match):

@@ -93,8 +93,8 @@ __all__ = [
     "RECOMPUTE_METHODS",
 ]
 
-MAX_BYTES = 16 << 20
-"""Largest config file read (a Bridge ``run_config.yaml`` is about 30 KB)."""
+MAX_BYTES = 1 << 20
+"""Largest config file read (a Bridge ``run_config.yaml`` is about 30 KB; parsing 1 MiB of YAML takes seconds)."""
 
 SECTIONS = ("train", "model", "dataset", "ddp", "optimizer", "comm_overlap")
 PACKING_KEYS = (

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from vlmdata.audit.bridge_checks import check_bridge_fields
 from vlmdata.audit.bridge_config import BridgeRun
 from vlmdata.audit.model_config import (
     FAMILIES,
     IMAGE_TOKEN_ID,
+    TOKEN_IDS,
     VIDEO_TOKEN_ID,
     VISION_END_TOKEN_ID,
     VISION_START_TOKEN_ID,
@@ -174,10 +176,13 @@ def shape_of_bridge(bridge: BridgeRun) -> ModelShape:
             bridge.path,
             "model.num_moe_experts",
         )
+    config = config_dict(fields, model_type)
+    defaults = check_bridge_fields(fields, config, model_type, bridge.path, TOKEN_IDS)  # every value, by YAML key
+    from huggingface_hub.errors import StrictDataclassError  # transformers' own field validation
     from transformers import CONFIG_MAPPING  # heavy: only when a shape is built
 
     try:
-        cfg = CONFIG_MAPPING[model_type].from_dict(config_dict(fields, model_type))
-    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        cfg = CONFIG_MAPPING[model_type].from_dict(config)
+    except (TypeError, ValueError, KeyError, AttributeError, StrictDataclassError) as e:
         raise ModelConfigError(f"{name}: transformers cannot build the model from its fields ({e})") from None
-    return ModelShape(name, model_type, cfg, True)
+    return ModelShape(name, model_type, cfg, True, tuple(defaults))

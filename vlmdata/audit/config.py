@@ -36,11 +36,13 @@ from vlmdata.audit.defaults import DEVICE_DEFAULTS
 from vlmdata.audit.guard import check_device_name
 from vlmdata.audit.inputs import SOURCES, AuditError, check_loader_options, check_sources
 from vlmdata.audit.layout import EXPERT_IMBALANCE
+from vlmdata.audit.model_checks import MAX_LAYERS
 from vlmdata.audit.model_config import ATTENTION, COMPILE_PARTS, PRESETS
-from vlmdata.audit.run_spec import PARALLEL_FIELDS, RECOMPUTE, SEQ_POLICIES
+from vlmdata.audit.run_spec import BOUNDS, MAX_PARALLEL, PARALLEL_FIELDS, RECOMPUTE, SEQ_POLICIES
 from vlmdata.audit.verdict import DEFAULT_THRESHOLD, PROXY_TOLERANCE, REPEAT_MARGIN
 from vlmdata.errors import OptionsError
 from vlmdata.loaders.options import LoaderOptions
+from vlmdata.options_util import at_least
 
 __all__ = [
     "AuditConfig",
@@ -246,15 +248,36 @@ def _loader_options(value: Any) -> LoaderOptions:
     return opts
 
 
+_HIGH = {  # upper bounds of integer settings, before anything is sized from them (RunSpec's for the run's)
+    **BOUNDS,
+    "gpus": MAX_PARALLEL * 64,
+    "slice_layers": MAX_LAYERS,
+    "seed": (1 << 63) - 1,  # torch's generators take 64-bit seeds
+    **{name: 1 << 20 for name in ("min_steps", "max_steps", "block", "warmup")},
+    "num_workers": 1024,
+}
+_PATHS = ("real", "profile", "model_config", "bridge_config", "step")  # strings (a path-like becomes one)
+
+
 def _int_at_least(cfg: AuditConfig, name: str, low: int) -> None:
     v = getattr(cfg, name)
-    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
-        raise AuditConfigError(f"`{name}` must be an integer >= {low}, got {v!r}")
+    if v is not None:
+        at_least(name, v, low, AuditConfigError, _HIGH.get(name))
+
+
+def _check_paths(cfg: AuditConfig) -> None:
+    for name in _PATHS:
+        v = getattr(cfg, name)
+        if isinstance(v, os.PathLike):
+            object.__setattr__(cfg, name, os.fspath(v))
+        elif v is not None and not isinstance(v, str):
+            raise AuditConfigError(f"`{name}` must be a path (a string), got {type(v).__name__}")
 
 
 def _check_settings(cfg: AuditConfig) -> None:
     """The device, the model and the run's settings (their combinations are ``resolve``'s: ``RunSpec``)."""
     check_device_name(cfg.device)
+    _check_paths(cfg)
     for name in _POSITIVE:
         _int_at_least(cfg, name, 1)
     for name in ("seed", "num_workers", "warmup"):

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlmdata.errors import VlmdataError
+from vlmdata.audit.model_checks import ModelConfigError, check_shape
 
 # model_type -> (family, loader model of vlmdata.loaders, transformers model class)
 FAMILIES: dict[str, tuple[str, str, str]] = {
@@ -172,10 +172,6 @@ def build_config(preset: str, attn_implementation: str | None = None):
     return cfg
 
 
-class ModelConfigError(VlmdataError, ValueError):
-    """A model config.json that cannot describe a supported Qwen-VL model."""
-
-
 @dataclass(frozen=True)
 class ModelShape:
     """One model's shape (see the module docstring)."""
@@ -184,6 +180,7 @@ class ModelShape:
     model_type: str  # a key of FAMILIES
     config: Any = field(compare=False, repr=False)  # the full-size transformers config
     master_weights: bool = True  # bf16 weights with fp32 master weights in the optimizer
+    defaults: tuple[str, ...] = field(default=(), compare=False)  # optional shape fields a default filled in
 
     @property
     def family(self) -> str:
@@ -352,11 +349,40 @@ def _load_json(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelConfigError(f"model config {path!r}: not readable JSON ({e})") from None
+    except RecursionError:
+        raise ModelConfigError(f"model config {path!r}: not usable JSON (nested too deeply)") from None
+    except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, undecodable UTF-8, an integer of 4,300+ digits
+        raise ModelConfigError(f"model config {path!r}: not readable JSON ({str(e)[:200]})") from None
     if not isinstance(data, dict):
         raise ModelConfigError(f"model config {path!r}: the top level is not a JSON object")
     return data
+
+
+TOKEN_IDS = {
+    "image_token_id": IMAGE_TOKEN_ID,
+    "video_token_id": VIDEO_TOKEN_ID,
+    "vision_start_token_id": VISION_START_TOKEN_ID,
+    "vision_end_token_id": VISION_END_TOKEN_ID,
+}
+
+
+def _checked_json(data: dict, model_type: str, path: str) -> list[str]:
+    """``model_checks.check_shape`` on the file's own fields (Qwen2.5-VL: the decoder's at the top level)."""
+    nested = "text_config" in data or model_type != "qwen2_5_vl"
+    text = data.get("text_config") if nested else data
+    if text is None or "vision_config" not in data:
+        missing = "text_config" if text is None else "vision_config"
+        raise ModelConfigError(f"model config {path!r}: {missing} is missing: the model's shape cannot be known")
+    sections = {"text": "text_config." if nested else "", "vision": "vision_config.", "top": ""}
+    return check_shape(
+        text,
+        data["vision_config"],
+        data,
+        model_type,
+        prefix=f"model config {path!r}",
+        label=lambda section, key: (sections[section] + key).rstrip("."),
+        token_ids=TOKEN_IDS,
+    )
 
 
 def read_model_config(path: str) -> ModelShape:
@@ -371,43 +397,21 @@ def read_model_config(path: str) -> ModelShape:
     Raises:
         ModelConfigError: unreadable, not a supported family, or fields transformers rejects.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ModelConfigError(f"`model_config` must be a path to a config.json, not {type(path).__name__}")
+    path = os.fspath(path)
     data = _load_json(path)
     model_type = data.get("model_type")
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise ModelConfigError(
-            f"model config {path!r}: model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}"
+            f"model config {path!r}: model_type {model_type!r:.80} is not supported; supported: {', '.join(FAMILIES)}"
         )
+    defaults = _checked_json(data, model_type, path)  # every field used, before transformers reads any
+    from huggingface_hub.errors import StrictDataclassError  # transformers' own field validation
     from transformers import CONFIG_MAPPING
 
     try:
         cfg = CONFIG_MAPPING[model_type].from_dict(data)
-    except (TypeError, ValueError, KeyError, AttributeError) as e:
-        raise ModelConfigError(f"model config {path!r}: transformers cannot read it ({e})") from None
-    for sub, fields in (
-        ("text_config", ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")),
-        ("vision_config", ("depth", "hidden_size", "num_heads", "patch_size", "spatial_merge_size")),
-    ):
-        c = getattr(cfg, sub, None)
-        for name in fields:
-            v = getattr(c, name, None)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ModelConfigError(f"model config {path!r}: {sub}.{name} must be a positive integer, got {v!r}")
-        for name in ("head_dim", "num_key_value_heads", "intermediate_size") if sub == "text_config" else ():
-            v = getattr(c, name, None)  # optional, but 0 was a ZeroDivisionError traceback in the model
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise ModelConfigError(f"model config {path!r}: {sub}.{name} must be a positive integer, got {v!r}")
-    tc = cfg.text_config
-    kv = getattr(tc, "num_key_value_heads", None) or tc.num_attention_heads
-    if tc.num_attention_heads % kv:
-        raise ModelConfigError(
-            f"model config {path!r}: text_config.num_attention_heads {tc.num_attention_heads} is not a multiple of "
-            f"num_key_value_heads {kv}"
-        )
-    if model_type == "qwen3_vl_moe":
-        tc = cfg.text_config
-        if not (1 <= tc.num_experts_per_tok <= tc.num_experts):
-            raise ModelConfigError(
-                f"model config {path!r}: num_experts_per_tok {tc.num_experts_per_tok} must be 1..num_experts "
-                f"{tc.num_experts}"
-            )
-    return ModelShape(os.path.abspath(path), model_type, cfg, True)
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError, StrictDataclassError) as e:
+        raise ModelConfigError(f"model config {path!r}: transformers cannot read it ({str(e)[:300]})") from None
+    return ModelShape(os.path.abspath(path), model_type, cfg, True, tuple(defaults))

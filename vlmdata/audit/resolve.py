@@ -29,6 +29,7 @@ from vlmdata.audit.bridge_model import family_conflict, model_type_of, shape_of_
 from vlmdata.audit.bridge_run import BRIDGE_NAMES, data_parallel, dp_note, in_file_terms, run_notes
 from vlmdata.audit.config import AuditConfig, device_kind
 from vlmdata.audit.inputs import AuditError
+from vlmdata.audit.model_checks import check_parallel, shape_defaults_note
 from vlmdata.audit.model_config import (
     FAMILIES,
     ModelConfigError,
@@ -214,6 +215,11 @@ def resolve(cfg: AuditConfig, world_size: int = 1) -> Resolved:
         run = RunSpec(**values, sources={k: v for k, v in sources.items() if k in own and (k in values or k == "dp")})
     except RunSpecError as e:
         raise AuditError(in_file_terms(str(e), bridge, sources, values)) from None
+    try:  # model_checks: TP splits whole heads, EP whole sets of experts (before anything is built)
+        check_parallel(shape.text, tp=run.tp, ep=run.ep, experts=shape.experts)
+    except ModelConfigError as e:
+        raise AuditError(in_file_terms(str(e), bridge, sources, values)) from None
+    notes += shape_defaults_note(shape)
     if bridge is not None:
         notes += run_notes(bridge, peft, sources.get("model") == "bridge config", shape.family)
         if sources["dp"] == "assumed":

@@ -51,9 +51,32 @@ class RunSpecError(VlmdataError, ValueError):
     """Settings that do not describe a valid Megatron Bridge run."""
 
 
+# Upper bounds, checked before anything is sized from them (a micro-batch of 10^12 rows was allocated)
+MAX_MICRO_BATCH = 4096
+MAX_GLOBAL_BATCH = 1 << 24
+MAX_SEQ_LENGTH = 1 << 20  # tokens per row (Qwen3-VL's positions: 262,144)
+MAX_PARALLEL = 1 << 16  # any parallel size, and DP
+BOUNDS = {
+    "micro_batch_size": MAX_MICRO_BATCH,
+    "global_batch_size": MAX_GLOBAL_BATCH,
+    "seq_length": MAX_SEQ_LENGTH,
+    "default_micro_batches": MAX_GLOBAL_BATCH,
+    **{name: MAX_PARALLEL for name in ("tp", "pp", "ep", "cp", "etp", "dp")},
+}
+
+
+def _show(value) -> str:
+    """A value for a message; an integer too long to print (4,300+ digits raise) by its size."""
+    if isinstance(value, int) and abs(value) >= 1 << 64:
+        return f"an integer of {abs(value).bit_length()} bits"
+    return f"{value!r:.60}"
+
+
 def _positive(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RunSpecError(f"`{name}` must be an integer >= 1, got {value!r}")
+        raise RunSpecError(f"`{name}` must be an integer >= 1, got {_show(value)}")
+    if value > BOUNDS.get(name, value):
+        raise RunSpecError(f"`{name}` must be at most {BOUNDS[name]}, got {_show(value)}")
     return value
 
 
@@ -106,8 +129,8 @@ class RunSpec:
         if not isinstance(self.manual_gc, bool):
             raise RunSpecError(f"`manual_gc` must be true or false, got {self.manual_gc!r}")
         interval = self.manual_gc_interval
-        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 0:
-            raise RunSpecError(f"`manual_gc_interval` must be an integer >= 0, got {interval!r}")
+        if isinstance(interval, bool) or not isinstance(interval, int) or not 0 <= interval <= 1 << 31:
+            raise RunSpecError(f"`manual_gc_interval` must be an integer >= 0 and <= {1 << 31}, got {_show(interval)}")
         for src in self.sources.values():
             if src not in PROVENANCE:
                 raise RunSpecError(f"unknown provenance {src!r}")

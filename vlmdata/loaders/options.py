@@ -35,6 +35,23 @@ BOOL_FIELDS = (
 )
 
 
+BOUNDS = {  # upper bounds of the integer options, checked before anything is sized from them
+    "micro_batch_size": 4096,
+    "seq_length": 1 << 20,  # tokens per row (a row of 2**63 was allocated)
+    "pad_to_multiple_of": 1 << 20,
+    "packing_pad_to_multiple_of": 1 << 20,
+    "shuffle_buffer": 1 << 24,
+    "epoch_samples": 1 << 40,
+    "prefetch_factor": 1024,
+    "min_pixels": 1 << 30,
+    "max_pixels": 1 << 30,
+    "num_workers": 1024,
+    "seed": (1 << 63) - 1,  # torch's generators take 64-bit seeds
+    "world_size": 1 << 20,
+    "num_epochs": 1 << 30,
+}
+
+
 @dataclass(frozen=True)
 class LoaderOptions:
     """How samples become Megatron Bridge Qwen-VL batches.
@@ -124,16 +141,16 @@ class LoaderOptions:
             "min_pixels",
             "max_pixels",
         ):
-            _at_least(name, getattr(self, name), 1)
-        _at_least("num_workers", self.num_workers, 0)
-        _at_least("seed", self.seed, 0)
+            _at_least(name, getattr(self, name), 1, high=BOUNDS[name])
+        _at_least("num_workers", self.num_workers, 0, high=BOUNDS["num_workers"])
+        _at_least("seed", self.seed, 0, high=BOUNDS["seed"])
         for name in ("rank", "world_size"):
             if getattr(self, name) is not None:
-                _at_least(name, getattr(self, name), 0 if name == "rank" else 1)
+                _at_least(name, getattr(self, name), 0 if name == "rank" else 1, high=BOUNDS["world_size"])
         if self.seq_length is not None:
-            _at_least("seq_length", self.seq_length, 1)
+            _at_least("seq_length", self.seq_length, 1, high=BOUNDS["seq_length"])
         if self.num_epochs is not None:
-            _at_least("num_epochs", self.num_epochs, 1)
+            _at_least("num_epochs", self.num_epochs, 1, high=BOUNDS["num_epochs"])
         if self.max_pixels < self.min_pixels:
             raise OptionsError(f"`max_pixels` ({self.max_pixels}) is below `min_pixels` ({self.min_pixels})")
         if self.rank is not None and self.world_size is not None and not 0 <= self.rank < self.world_size:
