@@ -230,3 +230,15 @@ def test_run_and_api_sizes_are_bounded():
             AuditConfig(**kw)
     with pytest.raises(VlmdataError, match="`seq_length` must be at most"):
         LoaderOptions(seq_length=2**63)
+
+
+def test_a_sweep_grid_is_bounded_before_it_is_built():
+    from vlmdata.audit.inputs import AuditError
+    from vlmdata.audit.sweep import MAX_CONFIGS, parse_sweep
+
+    thousand = ",".join(str(i) for i in range(1000))
+    with pytest.raises(AuditError, match=f"1000 x 1000 x 1000 configurations; at most {MAX_CONFIGS}"):
+        parse_sweep([f"a={thousand}", f"b={thousand}", f"c={thousand}"], user_step=True)
+    with pytest.raises(AuditError, match="`sweep` must be a list"):
+        parse_sweep("micro_batch_size=1,2")  # type: ignore[arg-type]
+    assert len(parse_sweep(["micro_batch_size=1,2,4", "recompute=none,full"])) == 2

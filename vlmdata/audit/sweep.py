@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import math
 import os
 from dataclasses import replace
 from typing import Any, Callable
@@ -34,6 +35,7 @@ from vlmdata.audit.verdict import MORE
 from vlmdata.audit.workloads import PARALLEL, RECOMPUTE
 
 SWEEP_KEYS = ("micro_batch_size", "freeze_vision", "recompute", "parallel")
+MAX_CONFIGS = 256  # configurations of one sweep (the grid is checked by its size before it is built)
 
 
 def _bool(v: str) -> bool:
@@ -59,6 +61,8 @@ def parse_sweep(items: list[str], *, user_step: bool = False, distributed: bool 
 
     Any key is accepted for a user step (values int, float or str); the reference workload takes
     ``SWEEP_KEYS``, ``parallel`` only under torchrun."""
+    if isinstance(items, str) or not isinstance(items, (list, tuple)) or not all(isinstance(i, str) for i in items):
+        raise AuditError(f"`sweep` must be a list of 'KEY=V1,V2' strings, got {type(items).__name__}")
     sweep: dict[str, list] = {}
     for item in items:
         key, sep, values = item.partition("=")
@@ -92,6 +96,9 @@ def parse_sweep(items: list[str], *, user_step: bool = False, distributed: bool 
         except ValueError as e:
             raise AuditError(f"`sweep` {key}: {e}") from None
         sweep[key] = typed
+    if math.prod(len(v) for v in sweep.values()) > MAX_CONFIGS:  # counted, not built (3 x 1,000 values: 10^9)
+        sizes = " x ".join(str(len(v)) for v in sweep.values())
+        raise AuditError(f"`sweep` gives {sizes} configurations; at most {MAX_CONFIGS} (each is a whole audit)")
     return sweep
 
 
