@@ -217,3 +217,33 @@ def compile_stats() -> dict[str, dict[str, Any]]:
     ``fallback`` (past the budget: eager from then on) and its ``reason``, ``last_guard_failure`` (what made the
     last recompile), ``max_graphs`` (the budget)."""
     return {part: dict(s, max_graphs=_BUDGET["max_graphs"]) for part, s in sorted(_STATS.items())}
+
+
+PART_WORDS = {"vision": "vision blocks", "decoder": "decoder layers"}
+
+
+def fallback_note(stats: dict[str, dict[str, Any]], in_timed_steps: int = 0) -> str | None:
+    """The note a report carries when a part fell back to eager (``compile_stats()``'s), or None.
+
+    Args:
+        stats: per part, as ``compile_stats()`` returns.
+        in_timed_steps: graphs built inside timed steps (the fallback may have come while measuring).
+    """
+    fell = [p for p, s in stats.items() if s.get("fallback")]
+    if not fell:
+        return None
+    what = " and ".join(
+        f"the {PART_WORDS.get(p, p)} after {stats[p].get('graphs')} graphs (budget {stats[p].get('max_graphs')}; "
+        f"last failed guard: {stats[p].get('last_guard_failure') or 'not recorded'})"
+        for p in fell
+    )
+    when = (
+        " Graphs were still being built inside timed steps, so steps before the fallback ran other kernels."
+        if in_timed_steps
+        else ""
+    )
+    return (
+        f"torch.compile kept recompiling: {what} ran eager from then on. Those stages' times and TFLOP/s are eager "
+        "kernels' (slower than the fused kernels compilation stands for); every source ran the same model, so the "
+        f"ratios between sources stay paired.{when}"
+    )

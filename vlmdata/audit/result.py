@@ -21,6 +21,7 @@ import torch
 import transformers
 
 from vlmdata import __version__
+from vlmdata.audit.compiled import compile_stats, fallback_note
 from vlmdata.audit.inputs import REAL, AuditError
 from vlmdata.audit.kernels import compile_counters
 from vlmdata.audit.straggler_model import Sample, calibrate, fit_cost_model, simulate
@@ -181,18 +182,24 @@ def measurement(run: Any, stop: Any, rounds: Any, warm: Any, done: int, why: str
 
 
 def _compile_summary(run, rounds) -> dict | None:
-    """Which blocks ran through torch.compile, the graphs it holds and how many it built inside timed steps."""
+    """Which blocks ran through torch.compile, the graphs it holds and how many it built inside timed steps; per
+    part (``compiled.compile_stats``) its graphs, recompiles, compile seconds and whether it fell back to eager,
+    with the note that says what a fallback does to the figures."""
     d = run.workload.describe() or {}
     parts = (d.get("options") or {}).get("compile")
     if not parts or parts == "none":
         return None
+    in_steps = int(sum(r.get("graphs_compiled_in_step") or 0 for recs in rounds.records.values() for r in recs))
+    by_part = compile_stats()  # per part: graphs, recompiles, compile seconds, fallback and its reason
     return {
         "parts": parts,
         "blocks": d.get("compiled_blocks"),
         "graphs": compile_counters().get("unique_graphs"),
-        "graphs_in_timed_steps": int(
-            sum(r.get("graphs_compiled_in_step") or 0 for recs in rounds.records.values() for r in recs)
-        ),
+        "graphs_in_timed_steps": in_steps,
+        "by_part": by_part,
+        "compile_seconds": sum(float(s.get("compile_seconds") or 0.0) for s in by_part.values()),
+        "fallbacks": [p for p, s in by_part.items() if s.get("fallback")],
+        "notes": [n] if (n := fallback_note(by_part, in_steps)) else [],
     }
 
 

@@ -98,9 +98,13 @@ def _compile_line(c: dict | None) -> str:
         return ""
     what = {"all": "decoder layers and vision blocks", "decoder": "decoder layers", "vision": "vision blocks"}
     parts = str(c.get("parts"))
+    by_part = c.get("by_part") or {}
+    per = "".join(f"; {p} {s.get('graphs')}" for p, s in by_part.items())  # older reports have no by_part
+    secs = f", {c['compile_seconds']:.1f} s compiling" if c.get("compile_seconds") is not None else ""
     return (
-        f" torch.compile: {c.get('blocks')} {what.get(parts, parts)} ({c.get('graphs')} graphs, "
+        f" torch.compile: {c.get('blocks')} {what.get(parts, parts)} ({c.get('graphs')} graphs{per}{secs}, "
         f"compiled during the warm-up; {c.get('graphs_in_timed_steps')} inside timed steps)."
+        + "".join(f" {n}" for n in c.get("notes") or [])
     )
 
 
