@@ -5,7 +5,9 @@
 ``dataset.yaml`` and ``vlmdata_loader.py`` (the ``sample_loader`` Energon imports and runs) and returns
 what the manifest records about them (``energon_record``): the sha256 of the loader and of ``dataset.yaml``. ``check_energon`` is what
 ``vlmdata validate`` runs: ``.nv-meta`` is present and complete, its shard list and counts equal the
-manifest's, every ``.tar.idx`` and every ``index.sqlite`` row equal what the shards give
+manifest's, ``split.yaml`` sound (``check_split``: the ``train`` and ``val`` parts Bridge reads present, ``train``
+listing every shard exactly once, no part listing a shard twice or a stranger, nothing excluded), every
+``.tar.idx`` and every ``index.sqlite`` row equal what the shards give
 (``nvmeta_index.check_index``), the loader and ``dataset.yaml`` are byte-identical to what the build recorded (for a
 manifest from before the record existed: to a file some vlmdata release wrote, else a problem; the
 missing record itself is only a warning), and only then, when nothing is wrong, Energon opens the
@@ -17,12 +19,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import json
 import os
+import re
 import shutil
 
+import braceexpand  # megatron-energon's dependency: the expansion Energon applies to split.yaml
+
 from vlmdata.dataset.nvmeta_index import check_index, write_index
-from vlmdata.storage import redact_text
+from vlmdata.storage import read_regular, redact_text
 
 DATASET_YAML = """\
 # Written by vlmdata. Samples are Megatron Bridge ChatML samples (conversation + imgs), no pickle.
@@ -137,6 +143,8 @@ def check_energon(root: str, manifest: dict, open_with_energon: bool = True) -> 
     except (OSError, ValueError, AttributeError, RecursionError):
         if ".info.json" not in missing:
             problems.append(".nv-meta/.info.json is unreadable")
+    if "split.yaml" not in missing:
+        problems += check_split(meta, [s["name"] for s in manifest["shards"]])
     if not missing and not missing_idx:  # the index is what the shards give, byte for byte and row for row
         try:
             problems += check_index(root, [s["name"] for s in manifest["shards"]])
@@ -166,6 +174,100 @@ def check_energon(root: str, manifest: dict, open_with_energon: bool = True) -> 
         if problem:
             problems.append(problem)
     return problems, warnings
+
+
+MAX_SPLIT_BYTES = 1 << 20  # split.yaml (brace-collapsed names: a few hundred bytes for thousands of shards)
+SPLIT_NEEDS = ("train", "val")  # the parts Megatron Bridge's Energon data module asks for (val: validation)
+
+
+def check_split(meta: str, names: list[str]) -> list[str]:
+    """Problems of ``.nv-meta/split.yaml`` against the manifest's shard ``names``: the parts Bridge reads are
+    there (``train``; ``val``, which Bridge asks for whenever validation runs), ``train`` lists every shard exactly
+    once, no part lists a shard twice or a name that is no shard, ``exclude`` excludes no shard. Entries are
+    brace-expanded as Energon expands them (at most a few times the shard count: a ``{0..10**12}`` range is not
+    enumerated). Empty when the split is sound."""
+    import yaml  # only here: validate of an Energon dataset
+
+    where = ".nv-meta/split.yaml"
+    try:
+        data = yaml.safe_load(read_regular(os.path.join(meta, "split.yaml"), MAX_SPLIT_BYTES, "split.yaml"))
+    except (OSError, ValueError, RecursionError, yaml.YAMLError) as e:  # NotRegularFile and FileTooLarge are OSErrors
+        return [f"{where} is unreadable ({redact_text(str(e).splitlines()[0][:160]) if str(e) else type(e).__name__})"]
+    parts = data.get("split_parts") if isinstance(data, dict) else None
+    if not isinstance(parts, dict):
+        return [f"{where} has no split_parts mapping: Energon cannot tell which shards to read"]
+    known, problems, limit = set(names), [], 4 * len(names) + 16
+    for part in SPLIT_NEEDS:
+        if part not in parts:
+            problems.append(
+                f"{where} has no {part!r} part: Megatron Bridge's Energon data module asks for it"
+                + (' whenever validation runs (Energon: "Invalid split part")' if part == "val" else "")
+            )
+    for part, entries in parts.items():
+        listed = _expand(entries, limit)
+        if listed is None:
+            problems.append(f"{where}: part {str(part)[:40]!r} is not a list of shard names (or lists far too many)")
+            continue
+        dup = sorted({n for n in listed if listed.count(n) > 1})
+        unknown = sorted(set(listed) - known)
+        if dup:
+            problems.append(f"{where}: part {part!r} lists {_few(dup)} more than once: Energon reads them twice")
+        if unknown:
+            problems.append(f"{where}: part {part!r} lists {_few(unknown)}, not shards of this dataset")
+        absent = [n for n in names if n not in set(listed)]
+        if part == "train" and absent:
+            problems.append(
+                f"{where}: part 'train' lists {len(names) - len(absent)} of {len(names)} shards (missing {_few(absent)}):"
+                " Energon would train on part of the data"
+            )
+    excluded = _expand(data.get("exclude") or [], limit)
+    hit = sorted(set(excluded or []) & known)
+    if excluded is None or hit:
+        problems.append(
+            f"{where}: exclude " + (f"removes {_few(hit)}: Energon would skip its samples" if hit else "is not a list")
+        )
+    return problems
+
+
+def _expand(entries, limit: int) -> list[str] | None:
+    """Energon's brace expansion of a part's entries, None when they are not a list of strings or expand to more
+    than ``limit`` names."""
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        return None
+    out: list[str] = []
+    for e in entries:
+        if _expansion_bound(e) > limit:  # braceexpand builds every range in memory: count first
+            return None
+        try:
+            out += itertools.islice(braceexpand.braceexpand(e), limit + 1 - len(out))
+        except (ValueError, RecursionError):
+            return None
+        if len(out) > limit:
+            return None
+    return out
+
+
+_GROUP = re.compile(r"\{([^{}]*)\}")
+_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$|^([A-Za-z])\.\.([A-Za-z])")
+
+
+def _expansion_bound(pattern: str) -> float:
+    """An upper bound of the names ``braceexpand(pattern)`` gives: the product of every innermost group's size."""
+    bound = 1.0
+    for group in _GROUP.findall(pattern):
+        m = _RANGE.match(group)
+        if m and m.group(1) is not None and max(len(m.group(1)), len(m.group(2))) > 18:
+            return float("inf")  # a range of 10^18 or more (int() refuses 4,300+ digits)
+        if m and m.group(1) is not None:
+            size = abs(int(m.group(2)) - int(m.group(1))) // max(1, int(m.group(3) or 1)) + 1
+        else:
+            size = 52 if m else group.count(",") + 1
+        bound *= size
+    return bound
+
+
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def _check_file(
