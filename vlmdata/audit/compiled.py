@@ -18,8 +18,11 @@ would otherwise share), always with the same signature:
   global read inside the graph (a constant there: one graph per packed row's longest sample).
 
 The functions are compiled with ``dynamic=True``: sequence lengths, patch and image counts and the longest
-segment are symbolic from the first call, so one graph serves every image grid and packed length (a few more
-for sizes 0/1 and batch kinds); the number of graphs does not grow with the number of distinct grids.
+segment are symbolic from the first call, so one graph serves every image grid and packed length (another for
+padded rows beside packed ones, for sizes 0/1, or past a threshold inductor guards); the number of graphs does
+not grow with the number of distinct grids. Hidden states that are a view (the first vision block's input) are
+cloned first (dynamo guards a view's base apart), and duck sizing is off for the process (two sizes equal by
+chance in the first batch would share a symbol, and the first batch where they differ would build a graph).
 
 The budget: the dispatcher counts the dynamo graphs each part's calls build (``torch._dynamo.utils.counters``)
 and the wall time of those calls (compile seconds: the forward's tracing and compilation; on CUDA the call
@@ -121,6 +124,8 @@ def _run_compiled(block, part: str, hidden_states, kwargs: dict):
     """The part's compiled call, its graphs and compile time counted; past the budget the part falls back."""
     stats = _STATS.setdefault(part, _fresh_stats())
     before, t = _graphs(), time.perf_counter()
+    if hidden_states._base is not None:  # a view (the first vision block's input): guarded apart from the others'
+        hidden_states = hidden_states.clone()
     out = _compiled(part)(block, hidden_states, _stable_kwargs(part, hidden_states, kwargs))
     built = _graphs() - before
     if built > 0:
