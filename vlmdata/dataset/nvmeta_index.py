@@ -40,6 +40,7 @@ from importlib import metadata
 
 from vlmdata.dataset.tar import BLOCK, parse_header
 from vlmdata.errors import VlmdataError
+from vlmdata.storage.files import NotRegularFile, open_input
 
 Layout = list[tuple[str, int]]  # (member name, data size) in tar order
 
@@ -100,7 +101,7 @@ def energon_version() -> str:
 def scan_layout(path: str) -> Layout:
     """The layout of a vlmdata shard read from its member headers (data is skipped with seeks)."""
     out: Layout = []
-    with open(path, "rb", buffering=0) as f:
+    with open_input(path, "rb", buffering=0) as f:  # a FIFO shard is refused, never read
         pos = 0
         while True:
             f.seek(pos)
@@ -296,7 +297,7 @@ def check_index(root: str, names: list[str]) -> list[str]:
         bad_rows: set[str] = set()
         for name, idx, samples, parts in _expected(root, names):
             try:
-                with open(os.path.join(root, name + ".idx"), "rb") as f:
+                with open_input(os.path.join(root, name + ".idx")) as f:
                     on_disk = f.read(len(idx) + 1)
             except OSError:
                 on_disk = None  # reported as missing by the caller
@@ -317,6 +318,8 @@ def check_index(root: str, names: list[str]) -> list[str]:
                 + (" ..." if len(bad_rows) > 3 else "")
                 + " (Energon would read wrong samples): rebuild the dataset, or re-index it"
             )
+    except NotRegularFile as e:  # a shard or .idx that is a FIFO or device: refused, never read
+        problems.append(f"the Energon index cannot be checked: {str(e)[:200]}")
     except (sqlite3.Error, OSError, ValueError) as e:
         problems.append(f"{META}/index.sqlite is unreadable ({type(e).__name__}: {str(e)[:120]})")
     finally:

@@ -125,7 +125,7 @@ class ShardReader:
             return {ext: blob[off - start : off - start + n] for ext, (off, n) in ref.members.items()}
         f = self._files.get(ref.shard)
         if f is None:
-            f = self._files[ref.shard] = open(self.paths[ref.shard], "rb")
+            f = self._files[ref.shard] = storage.open_input(self.paths[ref.shard])  # regular files only
         return read_members(f, ref)
 
     def close(self):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO, Iterator
 
 from vlmdata.errors import VlmdataError
+from vlmdata.storage.files import open_input
 
 if TYPE_CHECKING:
     from _typeshed import SupportsRead  # anything with read(n) -> bytes (files, hashing wrappers)
@@ -243,5 +244,5 @@ def iter_raw_samples(fileobj: SupportsRead[bytes], links: list | None = None) ->
 
 
 def iter_shard(path: str | os.PathLike) -> Iterator[RawSample]:
-    with open(path, "rb") as f:
+    with open_input(os.fspath(path)) as f:  # a FIFO or device is refused, never read (it would block)
         yield from iter_raw_samples(f)

@@ -221,9 +221,10 @@ def validate(
         path = storage.join(root, name)
         rep.shards += 1
         if (name not in present) if remote else not os.path.isfile(path):
-            rep.problems.append(Problem(name, "", "shard file missing"))
+            special = not remote and os.path.lexists(path)  # a FIFO, device or folder: refused, never opened
+            rep.problems.append(Problem(name, "", "shard is not a regular file" if special else "shard file missing"))
             continue
-        with storage.open(path, "rb", block_size=8 << 20) if remote else open(path, "rb") as f:
+        with storage.open(path, "rb", block_size=8 << 20) if remote else storage.open_input(path) as f:
             keys, hr = _read_shard(rep, name, f, full, progress, all_keys)
         if hr.sha.hexdigest() != entry["sha256"]:
             rep.problems.append(Problem(name, "", "sha256 differs from the manifest"))
@@ -309,7 +310,7 @@ def _check_nv_meta(root: str, manifest: dict, remote: bool, present, rep: Valida
 def _validate_shard(path: str, progress, decode: bool | None) -> ValidationReport:
     rep = ValidationReport(level=_level(None, decode), shards=1)
     name = os.path.basename(path)
-    with open(path, "rb") as f:
+    with storage.open_input(path) as f:  # a FIFO is refused, never read
         _read_shard(rep, name, f, rep.level == "full", progress, {})
     rep.warnings.append(
         Problem(name, "", "a single shard: no manifest, so checksums, counts and Energon metadata were not compared")

@@ -16,6 +16,7 @@ import numpy as np
 
 from vlmdata.errors import VlmdataError
 from vlmdata.profile.measure import ProfileError, ProfileOptions, load_profile, metric_values, profile_dataset
+from vlmdata.storage.files import open_input
 
 METRICS = (
     "pixels_per_image",
@@ -108,7 +109,7 @@ def load_side(path: str, opts: ProfileOptions | None = None, progress=None) -> t
 
 def _looks_like_source(path: str) -> bool:
     """A .json that is LLaVA/messages records rather than a profile (peek at the first bytes)."""
-    with open(path, "rb") as f:
+    with open_input(path) as f:  # regular files only (a FIFO blocked)
         head = f.read(4096).lstrip()
     return head.startswith(b"[") or (b'"conversations"' in head or b'"messages"' in head) and b'"schema"' not in head
 

@@ -2,7 +2,8 @@
 
 - ``read_regular(path, max_bytes)``: the one way vlmdata reads an input file: only regular files (a FIFO, a
   device such as ``/dev/zero``, a socket or a directory is refused without blocking), at most ``max_bytes``;
-  ``open_regular`` streams one, ``read_regular_parts`` reads only its head and tail.
+  ``open_regular`` streams one, ``read_regular_parts`` reads only its head and tail; ``open_input`` opens any
+  input (a shard, an index) with the same rule and no cap, and is what ``storage.open`` does for local reads.
 - ``check_writable(path, folder)``: an output can be written (its folder created, a probe file written and
   removed) before any work starts, so a bad output path fails in a second, not after an hour of measuring.
 """
@@ -14,6 +15,7 @@ import contextlib
 import errno
 import os
 import stat
+from typing import Any
 
 from vlmdata.storage.urls import StorageError, is_url, local
 
@@ -83,6 +85,18 @@ def open_regular(path: str, max_bytes: int, what: str = "file"):
     fd, st = _checked_fd(path, max_bytes, what)
     with builtins.open(fd, "rb") as f:
         yield f, st.st_size
+
+
+def open_input(path: str, mode: str = "rb", **kw) -> Any:
+    """A local input file opened for reading with the regular-file rule and no size cap: a FIFO, device, socket
+    or directory raises NotRegularFile without blocking (a FIFO shard blocked validate, inspect, profile and the
+    loader forever). Returns the file object (``mode`` "rb" or "r", ``kw`` as ``open``'s)."""
+    fd, _ = _checked_fd(path, 1 << 62, os.fspath(path))
+    try:
+        return builtins.open(fd, mode, **kw)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_regular_parts(

@@ -19,6 +19,7 @@ import posixpath
 import shutil
 from typing import Any, Callable, TypeVar
 
+from vlmdata.storage.files import open_input
 from vlmdata.storage.redaction import redact_text
 from vlmdata.storage.urls import OBJECT_STORES, StorageError, check_url, is_url, local, protocol, redact
 
@@ -89,6 +90,9 @@ def basename(p: str) -> str:
 def open(p: str, mode: str = "rb", **kw):  # noqa: A001 (mirrors builtins.open)
     p = local(p)
     if not is_url(p):
+        if "r" in mode and not set(mode) & set("wax+"):  # an input: regular files only, never blocking
+            kw.pop("block_size", None)
+            return open_input(p, mode, **kw)
         return builtins.open(p, mode, **kw)
     fs, inner = fs_and_path(p)
     return fs.open(inner, mode, **kw)
@@ -98,7 +102,7 @@ def open(p: str, mode: str = "rb", **kw):  # noqa: A001 (mirrors builtins.open)
 def cat(p: str) -> bytes:
     p = local(p)
     if not is_url(p):
-        with builtins.open(p, "rb") as f:
+        with open_input(p) as f:  # regular files only, never blocking
             return f.read()
     fs, inner = fs_and_path(p)
     return fs.cat_file(inner)
