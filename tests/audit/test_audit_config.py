@@ -29,7 +29,12 @@ def test_compile_defaults_per_device():
     assert AuditConfig(compile="vision").resolved_compile() == "vision"
 
 
-def test_bridge_config_sets_the_run_and_the_model():
+def test_bridge_config_sets_the_run_and_the_model(monkeypatch):
+    import vlmdata.audit.estimate as estimate
+
+    five = resolve(AuditConfig(bridge_config=A3B, slice_layers=5)).fit
+    assert five is not None  # the slice's estimate is the memory this test's machine has: the default slice fits
+    monkeypatch.setattr(estimate, "available_memory", lambda device: (five.memory["total"], "test RAM"))
     r = resolve(AuditConfig(bridge_config=A3B))
     assert (r.run.micro_batch_size, r.run.global_batch, r.run.seq_length, r.run.ep) == (2, 32, 4096, 8)
     assert r.run.data_parallel == 8 and r.run.micro_batches == 2 and r.run.force_seq_length

@@ -175,6 +175,9 @@ FREE_TEXT = {
     "image_size",
     "model_config",  # paths, checked when read
     "bridge_config",
+    "benchmark_config",
+    "mock_config",
+    "real_config",
 }
 
 

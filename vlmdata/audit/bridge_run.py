@@ -21,7 +21,7 @@ from typing import Any
 from vlmdata.audit.bridge_config import BridgeRun
 from vlmdata.audit.inputs import AuditError
 
-__all__ = ["data_parallel", "dp_note", "in_file_terms", "run_notes", "MOCK_DATASETS", "BRIDGE_NAMES"]
+__all__ = ["data_parallel", "dp_note", "defaults_note", "in_file_terms", "run_notes", "MOCK_DATASETS", "BRIDGE_NAMES"]
 
 MOCK_DATASETS = ("MockVLMSFTDatasetConfig", "MockGPTDatasetConfig", "MockVLMConversationProvider")
 BRIDGE_NAMES = {  # RunSpec name -> BridgeRun field
@@ -115,3 +115,25 @@ def run_notes(bridge: BridgeRun, peft: Any, model_from_bridge: bool, family: str
             "random weights)"
         )
     return notes
+
+
+_STATED = {  # settings a Bridge config states, the key it states each in
+    "micro_batch_size": "train.micro_batch_size",
+    "global_batch_size": "train.global_batch_size",
+    "seq_length": "model.seq_length",
+    "tp": "model.tensor_model_parallel_size",
+    "pp": "model.pipeline_model_parallel_size",
+    "ep": "model.expert_model_parallel_size",
+    "cp": "model.context_parallel_size",
+}
+
+
+def defaults_note(run: Any, bridge: BridgeRun, sources: dict[str, str]) -> str | None:
+    """The settings a Bridge config should state but does not, and the defaults used instead (guessed values)."""
+    described = run.describe()
+    missing = [
+        f"{key} ({name} {described.get(name)})" for name, key in _STATED.items() if sources.get(name) == "default"
+    ]
+    if not missing:
+        return None
+    return f"{bridge.path} does not state {', '.join(missing)}: the audit's defaults were used"

@@ -18,16 +18,14 @@ GPU measures (whole model, or ``slice_layers`` decoder layers and experts / EP p
 from __future__ import annotations
 
 import dataclasses
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-
-import torch
 
 from vlmdata.audit.bridge_config import BridgeRun, read_bridge_config
 from vlmdata.audit.bridge_model import family_conflict, model_type_of, shape_of_bridge
-from vlmdata.audit.bridge_run import BRIDGE_NAMES, data_parallel, dp_note, in_file_terms, run_notes
-from vlmdata.audit.config import AuditConfig, device_kind
+from vlmdata.audit.bridge_run import BRIDGE_NAMES, data_parallel, defaults_note, dp_note, in_file_terms, run_notes
+from vlmdata.audit.config import AuditConfig
+from vlmdata.audit.estimate import Fit, fit_slice
 from vlmdata.audit.inputs import AuditError
 from vlmdata.audit.model_checks import check_parallel, shape_defaults_note
 from vlmdata.audit.model_config import (
@@ -42,9 +40,6 @@ from vlmdata.audit.run_spec import PARALLEL_FIELDS, RunSpec, RunSpecError
 
 __all__ = ["Resolved", "resolve", "bridge_packs", "BRIDGE_RUN_FIELDS"]
 
-# the fraction of a GPU's memory a whole model's training state may take before the audit measures a slice
-WHOLE_MODEL_MEMORY_FRACTION = 0.5
-SLICE_PLAIN_LAYERS = 2  # decoder layers without DeepStack additions in a default slice (compose's per-layer cost)
 BRIDGE_RUN_FIELDS = (  # the run's settings a Bridge config may give
     *("micro_batch_size", "global_batch_size", "seq_length", *PARALLEL_FIELDS),
     *("freeze_language_model", "freeze_vision_model", "freeze_vision_projection", "recompute"),
@@ -64,6 +59,7 @@ class Resolved:
     sources: dict[str, str]  # setting -> flag | bridge config | model config | derived | assumed | default
     notes: tuple[str, ...] = ()
     peft: PeftSpec | None = None  # the Bridge config's PEFT (vlmdata.audit.peft): base frozen, adapters trained
+    fit: Fit | None = field(default=None, compare=False)  # parameters and estimated memory of what is built
 
     @property
     def sliced(self) -> bool:
@@ -79,6 +75,7 @@ class Resolved:
             "sources": dict(self.sources),
             "notes": list(self.notes),
             "peft": self.peft.describe() if self.peft is not None else None,
+            "estimate": self.fit.describe() if self.fit is not None else None,
         }
 
 
@@ -154,46 +151,13 @@ def _run_values(cfg: AuditConfig, bridge, sources: dict[str, str]) -> dict[str, 
     return values
 
 
-def _measured_part(cfg: AuditConfig, shape: ModelShape, run: RunSpec, sources: dict[str, str]):
-    """(layers, experts) of the part one GPU builds, and a note."""
-    experts = None
-    if shape.experts and run.ep > 1:
-        experts = max(1, shape.experts // run.ep)
-    if cfg.slice_layers is not None:
-        sources["slice_layers"] = "flag"
-        return min(cfg.slice_layers, shape.layers), experts, None
-    sources["slice_layers"] = "default"
-    params = _param_count(shape, experts)
-    cuda = device_kind(cfg.device) == "cuda"
-    total_mem = (
-        torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-        if cuda
-        else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+def _measured_part(cfg: AuditConfig, shape: ModelShape, run: RunSpec, sources: dict[str, str], peft) -> Fit:
+    """The part one GPU builds (whole, or a slice of ``slice_layers`` decoder layers) and its estimated needs
+    (``estimate.fit_slice``; one that will not fit is refused before anything is allocated: ``runner.start_run``)."""
+    sources["slice_layers"] = "flag" if cfg.slice_layers is not None else "default"
+    return fit_slice(
+        shape, run, device=cfg.device, logits=cfg.resolved_logits(), slice_layers=cfg.slice_layers, peft=peft
     )
-    bytes_per_param = 20 if shape.master_weights else 8
-    if total_mem and params * bytes_per_param > WHOLE_MODEL_MEMORY_FRACTION * total_mem:
-        deepstack = len(getattr(shape.vision, "deepstack_visual_indexes", None) or [])
-        layers = min(max(4, deepstack + SLICE_PLAIN_LAYERS), shape.layers)
-        return (
-            layers,
-            experts,
-            (
-                f"the whole model ({params / 1e9:.1f}B parameters on this GPU, {params * bytes_per_param / 2**30:.0f} "
-                f"GiB of training state) does not fit: measuring {layers} of {shape.layers} decoder layers and "
-                "composing the step (vlmdata.audit.compose)"
-            ),
-        )
-    return None, experts, None
-
-
-def _param_count(shape: ModelShape, experts: int | None) -> int:
-    """Parameters of the part one GPU holds (experts / EP per layer), counted on the meta device."""
-    import transformers
-
-    cfg = shape.sliced(None, experts)
-    with torch.device("meta"):
-        model = getattr(transformers, FAMILIES[shape.model_type][2])(cfg)
-    return sum(p.numel() for p in model.parameters())
 
 
 def resolve(cfg: AuditConfig, world_size: int = 1) -> Resolved:
@@ -224,15 +188,17 @@ def resolve(cfg: AuditConfig, world_size: int = 1) -> Resolved:
         notes += run_notes(bridge, peft, sources.get("model") == "bridge config", shape.family)
         if sources["dp"] == "assumed":
             notes.append(dp_note(run, bridge))
+        notes += [n for n in [defaults_note(run, bridge, sources)] if n]
     if bridge is not None and getattr(bridge, "model_fields", None):
         notes += _model_mismatch(bridge.model_fields, shape)
     _check_peft(peft, shape)
-    layers, experts, note = _measured_part(cfg, shape, run, sources)
-    if note:
-        notes.append(note)
+    fit = _measured_part(cfg, shape, run, sources, peft)
+    layers, experts = fit.layers, fit.experts
+    if fit.note:
+        notes.append(fit.note)
     if run.ep > 1 and not shape.experts:
         notes.append(f"ep={run.ep} on a dense decoder ({shape.family}): no experts to distribute; ignored")
-    return Resolved(run, shape, layers, experts, sources, tuple(notes), peft)
+    return Resolved(run, shape, layers, experts, sources, tuple(notes), peft, fit)
 
 
 def _check_peft(peft: PeftSpec | None, shape: ModelShape) -> None:

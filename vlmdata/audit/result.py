@@ -85,7 +85,10 @@ def sources_result(run: Any, sources: Any, loaders: Any, records: dict[str, list
     for name in run.plan.names:
         c, inp = sources.censuses[name], sources.inputs[name]
         recs = records[name][:window]
+        run.configure(name)
+        trains = run.workload.trains() if hasattr(run.workload, "trains") else None
         out[name] = {
+            "trains": trains,  # what trained under this name's configuration (the backward's FLOPs as it ran)
             "records": recs,
             "loader": loaders.record(name),
             "world_size": run.plan.world,

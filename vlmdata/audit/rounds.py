@@ -4,7 +4,8 @@ Rounds of ``block`` global steps per source, the order rotating every round (A B
 each round but the first, the shapes of its steps are warmed (``Warmup.shapes``, outside the budget). Python's
 garbage collector follows the run's ``manual_gc`` (``vlmdata.audit.collector``: Bridge's recipes disable it
 and collect between steps; here after every round, outside the timed steps and the budget). After each round
-the stop rule decides (``StopRule.reason``). Per global step::
+the stop rule decides (``StopRule.reason``: the last round's seconds against what is left before the run's
+``deadline``). Per global step::
 
     t0 -> for each micro-batch: next(loader) (wait), forward + backward -> optimizer -> sync -> t2
     step_ms = t2 - t0; stage times (data_wait = the device idle while the host waited for data),
@@ -51,9 +52,11 @@ class MeasuredRounds:
         loaders: LiveLoaders,
         stop: StopRule,
         progress: Callable | None = None,
+        deadline: float | None = None,
     ):
         self.run, self.sources, self.warm, self.loaders, self.stop = run, sources, warm, loaders, stop
         self.progress = progress
+        self.deadline = deadline  # the run's clock at which ``budget_s`` ends (``stop.StopRule``)
         self.records: dict[str, list] = {name: [] for name in run.plan.names}
         self.rounds = 0
         spec = run.plan.res.run
@@ -71,13 +74,15 @@ class MeasuredRounds:
             while why is None:
                 if done == min_steps and hasattr(advance, "set_total"):  # measuring on past min_steps
                     advance.set_total(n * plan.cap)
+                t_round = run.clock()
                 self._round(done, advance)
                 done += plan.block
                 self.rounds += 1
                 t_gc = run.clock()  # the run's clock, as the budget's (the collector times itself for the report)
                 self.collector.between_steps()
                 self.gc_seconds += run.clock() - t_gc
-                why = self.stop.reason(self.records, done, self._measuring(t_measure))
+                left = None if self.deadline is None else self.deadline - run.clock()
+                why = self.stop.reason(self.records, done, run.clock() - t_round, left)
         return done, why, self._measuring(t_measure)
 
     def _measuring(self, t_measure: float) -> float:

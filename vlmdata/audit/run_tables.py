@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vlmdata.audit.stages import STAGE_PARTS, stage_tflops
+from vlmdata.audit.stages import BACKWARD_PARTS, STAGE_PARTS, backward_factors, stage_tflops
 
 RUN_ROWS = (
     ("model", "model"),
@@ -70,28 +70,37 @@ def run_rows(report: dict) -> tuple[list[str], list[list[str]]] | None:
 
 
 def stage_efficiency_rows(report: dict) -> tuple[list[str], list[list[str]]] | None:
-    """TFLOP/s of every stage of every source (model FLOPs of the part the stage runs / its time)."""
+    """TFLOP/s of every stage of every source (model FLOPs of the part the stage runs / its time; "-": the stage
+    did no work, e.g. the backward of a frozen part with nothing trainable before it)."""
     rows = []
     for name, src in report.get("sources", {}).items():
         s = src.get("summary")
         if not s or not s.get("stage_tflops"):
             continue
         t = s["stage_tflops"]
-        rows.append([name, *[_f(t.get(k), "{:.0f}") for k in STAGE_COLUMNS]])
+        rows.append([name, *[_f(t.get(k), "{:.3g}") for k in STAGE_COLUMNS]])
     if not rows:
         return None
     return ["source (TFLOP/s)", *STAGE_COLUMNS], rows
 
 
-def summary_stage_tflops(summary: dict, records: list[dict]) -> dict[str, float | None]:
-    """``stage_tflops`` of one source from its mean stage times and mean FLOPs per step."""
+def summary_stage_tflops(summary: dict, records: list[dict], trains: dict | None = None) -> dict[str, float | None]:
+    """``stage_tflops`` of one source from its mean stage times and mean FLOPs per step; ``trains``: what trained
+    (the workload's ``trains()``), for the backward as it ran (``stages.backward_factors``; None: everything)."""
     n = len(records) or 1
     parts = ("lm_layers_flops", "lm_head_flops", "vision_flops", "projector_flops", "flops")
     flops = {p: sum(float(r.get(p) or 0.0) for r in records) / n for p in parts}
     flops["total_flops"] = flops.pop("flops")
     stages = dict(summary.get("stages_ms") or {})
     stages["total"] = summary["step_ms"]["mean"]
-    return stage_tflops(stages, flops)
+    backward = None
+    if trains is not None:
+        backward = {p: 0.0 for p in BACKWARD_PARTS}
+        for r in records:
+            factors = backward_factors(trains, bool(r.get("vision_flops")))
+            for p in BACKWARD_PARTS:
+                backward[p] += factors[p] * float(r.get(p) or 0.0) / 3 / n
+    return stage_tflops(stages, flops, backward)
 
 
 def composition_rows(report: dict) -> tuple[list[str], list[list[str]]] | None:

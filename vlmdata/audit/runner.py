@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -116,6 +117,21 @@ class AuditRun:
         self.workload.recover()
 
 
+@contextmanager
+def _no_phase(name: str, detail: str = ""):
+    yield
+
+
+def _build_words(plan: AuditPlan, workload) -> str:
+    """What the model build builds, in words (the progress line)."""
+    if workload is not None or plan.cfg.step:
+        return "the given workload"
+    res, fit = plan.res, plan.res.fit
+    part = f"{res.layers} of {res.shape.layers} decoder layers" if res.sliced else f"{res.shape.layers} decoder layers"
+    size = f", {fit.params.total / 1e9:.2f}B parameters" if fit is not None else ""
+    return f"{res.shape.family} {part}{size} on {plan.device}, random weights"
+
+
 def reference_workload(plan: AuditPlan, dist=None):
     """The workload ``plan`` names: the user's ``step``, or the reference model with the run's settings."""
     cfg, res = plan.cfg, plan.res
@@ -139,12 +155,17 @@ def reference_workload(plan: AuditPlan, dist=None):
     )
 
 
-def start_run(cfg: AuditConfig, factory: Callable, out_dir: str | None, dist, clock, workload=None) -> AuditRun:
+def start_run(
+    cfg: AuditConfig, factory: Callable, out_dir: str | None, dist, clock, workload=None, phase: Callable = _no_phase
+) -> AuditRun:
     """The plan, the workload (built here unless given) and the composition of the run's step."""
     plan = make_plan(cfg, dist)
+    if workload is None and not cfg.step and plan.res.fit is not None:
+        plan.res.fit.check()  # what will not fit is refused before anything is allocated (estimate.fit_slice)
     main = dist is None or dist.is_main
     work_dir = out_dir if (out_dir and main) else tempfile.mkdtemp(prefix="vlmdata-audit-")
-    work = as_global_steps(workload if workload is not None else reference_workload(plan, dist))
+    with phase("model build", _build_words(plan, workload)):
+        work = as_global_steps(workload if workload is not None else reference_workload(plan, dist))
     check_switchable(plan, work)
     summary = (work.describe() or {}).get("model") or {}
     comp = (
@@ -213,6 +234,7 @@ def run_audit(
     progress: Callable | None = None,
     clock: Callable[[], float] = time.perf_counter,
     workload=None,
+    phase: Callable | None = None,
 ) -> dict:
     """Measure every source of ``cfg`` (see the module docstring).
 
@@ -224,6 +246,8 @@ def run_audit(
         progress: ``progress(total)`` -> context manager yielding ``advance(n=1)``.
         clock: seconds; the timer of every measured interval.
         workload: a workload object (``vlmdata.audit.workloads``' interface) instead of the one ``cfg`` names.
+        phase: ``phase(name, detail)`` -> context manager around each phase before the rounds (model build,
+            census, compile, warm-up): the caller's progress.
 
     Returns:
         ``{"config", "run", "environment", "workload", "measurement", "sources": {name: {"records", "loader",
@@ -231,17 +255,21 @@ def run_audit(
         "straggler_model"}``; a record is one global step.
     """
     t_start = clock()
-    run = start_run(cfg, loader_factory or default_loader_factory(), out_dir, dist, clock, workload)
+    phase = phase or _no_phase
+    run = start_run(cfg, loader_factory or default_loader_factory(), out_dir, dist, clock, workload, phase)
     shards = real_shards(cfg.resolved_real())
     result = header(run)
     try:
         t_prep = clock()
-        sources = take_census(run, shards)
+        plan = run.plan
+        with phase("census", f"{len(plan.names)} sources x {plan.horizon} steps, shapes only (no image decoded)"):
+            sources = take_census(run, shards)
         stop = StopRule(run, sources)
         prepare_s = clock() - t_prep
         warm, loaders = Warmup(run, sources.censuses), LiveLoaders(run, sources.inputs)
-        loader_s = warm_up(run, warm, loaders)
-        rounds = MeasuredRounds(run, sources, warm, loaders, stop, progress)
+        loader_s = warm_up(run, warm, loaders, phase)
+        deadline = t_start + plan.budget_s  # the budget counts from the start: build, census and warm-up included
+        rounds = MeasuredRounds(run, sources, warm, loaders, stop, progress, deadline=deadline)
         done, why, measure_s = rounds.measure()
         window = stop.window(done)
         result["sources"] = sources_result(run, sources, loaders, rounds.records, window)

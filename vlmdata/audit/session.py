@@ -4,7 +4,8 @@ In order: the checks that fail in a second instead of after minutes of measuring
 credential, the device exists, the output folder can be written and replaces only an earlier audit's files:
 ``vlmdata.audit.guard``); the torch CPU threads; the process group under torchrun
 (``distributed.init_distributed``); the watchdog of a user ``step`` (no single call outlasts ``budget_s``);
-then one audit (``runner.run_audit``) or, with ``sweep``, every configuration of the grid
+the plan (``preview.preview``: every setting, the estimates, handed to ``on_plan`` before anything is built and
+kept in the report); then one audit (``runner.run_audit``) or, with ``sweep``, every configuration of the grid
 (``sweep.run_sweep``), every rank's result gathered into the report (``report.build_report``). Rank 0 writes
 the report's files; no rank leaves before it has (torchrun kills the others when one exits), and the process
 group is shut down whatever happened.
@@ -26,12 +27,13 @@ import torch.distributed
 from vlmdata.audit.config import AuditConfig
 from vlmdata.audit.distributed import DistInfo, gather, init_distributed, shutdown
 from vlmdata.audit.guard import check_device, check_out_dir, check_paths
+from vlmdata.audit.preview import preview
 from vlmdata.audit.report import build_report, write_report
 from vlmdata.audit.runner import run_audit
 from vlmdata.audit.sweep import parse_sweep, run_sweep
 from vlmdata.audit.user_step import reset_step_limit, set_step_limit
 
-__all__ = ["AuditSession", "run_session"]
+__all__ = ["AuditSession", "run_session", "plan_only"]
 
 
 @dataclass
@@ -52,6 +54,8 @@ def run_session(
     threads: int | None = None,
     progress: Callable | None = None,
     on_config: Callable[[int, int, dict], None] | None = None,
+    phase: Callable | None = None,
+    on_plan: Callable[[dict], None] | None = None,
 ) -> AuditSession:
     """Check, measure, report (module docstring).
 
@@ -63,6 +67,9 @@ def run_session(
         threads: torch CPU threads (None: torch's).
         progress: ``progress(total)`` -> context manager yielding ``advance(n=1)`` (rank 0).
         on_config: called with (index, count, values) before each configuration of a sweep (rank 0).
+        phase: ``phase(name, detail)`` -> context manager around each phase before the measured rounds (rank 0).
+        on_plan: called with the plan (``preview.preview``) before anything is built (rank 0); the report keeps
+            it as ``plan``.
 
     Returns:
         An ``AuditSession``; the report has ``wall_s``.
@@ -78,8 +85,14 @@ def run_session(
     step_limit = set_step_limit(cfg.measure_settings()["budget_s"], hard=True)  # no --step call outlasts it
     main = info is None or info.is_main
     try:
-        report = _measure(cfg, info, sweep, out_dir, memory_limit_gb, progress if main else None, on_config)
+        plan = preview(cfg, info) if main else None  # before anything is built; the report keeps it
+        if plan is not None and on_plan is not None:
+            on_plan(plan)
+        shown = {"progress": progress, "phase": phase} if main else {}
+        report = _measure(cfg, info, sweep, out_dir, memory_limit_gb, on_config, **shown)
         report["wall_s"] = time.perf_counter() - t0
+        if plan is not None:
+            report["plan"] = plan
         paths = write_report(report, out_dir) if (main and out_dir) else None
         if info is not None:  # no rank exits before rank 0 has written (torchrun kills the others)
             torch.distributed.barrier()
@@ -89,14 +102,33 @@ def run_session(
     return AuditSession(report, paths, main)
 
 
+def plan_only(cfg: AuditConfig, *, threads: int | None = None) -> dict:
+    """The plan of ``cfg`` and nothing else (``vlmdata audit --plan``): the same checks as ``run_session``, then
+    ``preview.preview``; no model is built, nothing is measured.
+
+    Args:
+        cfg: the run's settings.
+        threads: torch CPU threads (None: torch's).
+
+    Returns:
+        The plan (``preview.preview``).
+    """
+    check_paths(real=cfg.real, profile=cfg.profile)
+    check_device(cfg.device)
+    if threads:
+        torch.set_num_threads(threads)
+    return preview(cfg)
+
+
 def _measure(
     cfg: AuditConfig,
     info: DistInfo | None,
     sweep: Sequence[str],
     out_dir: str | None,
     memory_limit_gb: float | None,
-    progress: Callable | None,
     on_config: Callable | None,
+    progress: Callable | None = None,
+    phase: Callable | None = None,
 ) -> dict:
     """One audit's report, or a sweep's."""
     main = info is None or info.is_main
@@ -105,7 +137,7 @@ def _measure(
         return build_report(gather(result, info), threshold=cfg.threshold, seed=cfg.seed)
 
     if not sweep:
-        return build(run_audit(cfg, out_dir=out_dir, dist=info, progress=progress))
+        return build(run_audit(cfg, out_dir=out_dir, dist=info, progress=progress, phase=phase))
     grid = parse_sweep(list(sweep), user_step=bool(cfg.step), distributed=info is not None)
     return run_sweep(
         cfg,

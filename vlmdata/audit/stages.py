@@ -13,7 +13,8 @@ data wait (at most what the host waited), prep (at most the host's preparation) 
 additions, and the step's cost of one such layer (the lower median per micro-batch): the per-layer cost a slice
 composes with (``vlmdata.audit.compose``). ``STAGE_PARTS`` maps the
 stages to the model parts whose FLOPs they compute (``vlmdata.audit.flops``); ``stage_tflops`` gives each
-stage's TFLOP/s.
+stage's TFLOP/s, the backward stages counted as they ran (``backward_factors``: a frozen part computes no weight
+gradients, a part with nothing trainable before it no input gradients; a stage with no work has no figure).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "stage_times",
     "plain_layers",
     "stage_tflops",
+    "backward_factors",
 ]
 
 # every stage a report shows, in order (the one list of stage names)
@@ -165,21 +167,54 @@ STAGE_PARTS = {
 }
 
 
-def stage_tflops(stages_ms: dict[str, float], flops: dict[str, float]) -> dict[str, float | None]:
+BACKWARD_PARTS = ("lm_layers_flops", "lm_head_flops", "vision_flops", "projector_flops")
+
+
+def backward_factors(trains: dict[str, bool], images: bool) -> dict[str, int]:
+    """How many forwards' worth of FLOPs each part's backward computes, given what trains (``trains``:
+    ``language``, ``vision``, ``projection``, ``decoder_adapters``, ``vision_adapters``, as the workload reports
+    them) and whether the batch has images: 1 for the weight gradients when the part's own weights train, 1 for the
+    input gradients when anything before it trains (a frozen part behind a trained one still carries the gradient
+    through); 0 when neither (the stage does no work). A full backward is 2."""
+    vision_in = bool(images) and (trains.get("vision") or trains.get("vision_adapters"))
+    visual_grads = bool(images) and (vision_in or trains.get("projection"))
+    decoder_in = bool(trains.get("language") or trains.get("decoder_adapters") or visual_grads)
+    own = {
+        "vision_flops": bool(trains.get("vision")),  # PEFT adapters' own weight gradients: a fraction of a percent
+        "projector_flops": bool(trains.get("projection")),
+        "lm_layers_flops": bool(trains.get("language")),
+        "lm_head_flops": bool(trains.get("language")),
+    }
+    through = {
+        "vision_flops": bool(vision_in),
+        "projector_flops": bool(vision_in),
+        "lm_layers_flops": decoder_in,
+        "lm_head_flops": decoder_in,
+    }
+    return {p: int(own[p] and bool(images or p.startswith("lm"))) + int(through[p]) for p in BACKWARD_PARTS}
+
+
+def stage_tflops(
+    stages_ms: dict[str, float], flops: dict[str, float], backward: dict[str, float] | None = None
+) -> dict[str, float | None]:
     """TFLOP/s of each stage of ``STAGE_PARTS`` from its mean ms and the mean FLOPs of the parts it runs
     (``flops``: part name -> FLOPs per step); also ``backward`` (all three) and ``step`` (``total_flops`` over
-    ``total_ms`` when both are given)."""
+    ``total_ms`` when both are given). ``backward``: each part's backward FLOPs as it ran (``backward_factors``:
+    frozen parts compute no weight gradients, a stage with no work gets no figure); default two thirds of the
+    part's training FLOPs (everything trains)."""
     out: dict[str, float | None] = {}
     for stage, (parts, frac) in STAGE_PARTS.items():
         ms = stages_ms.get(stage)
-        work = sum(flops.get(p) or 0.0 for p in parts) * frac
+        if backward is not None and stage in BACKWARD_STAGES:
+            work = sum(backward.get(p) or 0.0 for p in parts)
+        else:
+            work = sum(flops.get(p) or 0.0 for p in parts) * frac
         out[stage] = work / ms / 1e9 if ms and work else None
     back_ms = sum(stages_ms.get(s, 0.0) for s in ("backward_head", "backward_decoder", "backward_vision"))
-    back = (
-        2
-        / 3
-        * sum(flops.get(p) or 0.0 for p in ("lm_layers_flops", "lm_head_flops", "vision_flops", "projector_flops"))
-    )
+    if backward is not None:
+        back = sum(backward.get(p) or 0.0 for p in BACKWARD_PARTS)
+    else:
+        back = 2 / 3 * sum(flops.get(p) or 0.0 for p in BACKWARD_PARTS)
     out["backward"] = back / back_ms / 1e9 if back_ms and back else None
     if flops.get("total_flops") and stages_ms.get("total"):
         out["step"] = flops["total_flops"] / stages_ms["total"] / 1e9

@@ -4,8 +4,9 @@
 real's epoch in global steps. ``reason(records, done, elapsed)`` says why to stop after a round (None: go on):
 
 - ``max_steps``: every source has run ``max_steps`` global steps;
-- ``budget``: ``budget_s`` of measuring spent (warm-ups between rounds do not count) and ``min_steps`` done,
-  or four budgets spent whatever ``min_steps`` says;
+- ``budget``: another round, as long as the last one took, would end past ``budget_s`` counted from the start of
+  the run (``deadline``: the model build, the census and the warm-up count too), whatever ``min_steps`` says:
+  the budget is a promise (at least one round is always measured; the plan says up front what runs before it);
 - ``settled``: past ``min_steps``, on a window of whole epochs of real just completed, the paired bootstrap
   interval of every gap decides the verdict (``verdict.settled``);
 - ``out_of_memory``: no source is left to measure, or real (or every other source) ran out of memory.
@@ -25,7 +26,14 @@ from vlmdata.audit.distributed import agree_max, agree_min
 from vlmdata.audit.inputs import REAL
 from vlmdata.audit.verdict import settled
 
-__all__ = ["StopRule", "window"]
+__all__ = ["StopRule", "window", "STOP_RULE"]
+
+STOP_RULE = (
+    "after every round (`block` steps of every source, in rotating order) measuring stops as soon as: every gap's "
+    "95% interval decides the verdict on whole epochs of real, once `min_steps` ran (settled); or `max_steps` ran; "
+    "or another round would end past `budget_s` counted from the command's start (budget); or a source ran out of "
+    "memory with no gap left to measure"
+)
 
 
 def window(done: int, epoch: int | None) -> int:
@@ -57,8 +65,9 @@ class StopRule:
             runs, threshold=cfg.threshold, proxy_tolerance=cfg.proxy_tolerance, precision=cfg.precision, seed=cfg.seed
         )
 
-    def reason(self, records: dict[str, list], done: int, elapsed: float) -> str | None:
-        """Why to stop after this round (None: go on); the same on every rank."""
+    def reason(self, records: dict[str, list], done: int, elapsed: float, left: float | None = None) -> str | None:
+        """Why to stop after this round (None: go on); the same on every rank. ``elapsed``: the last round's
+        seconds; ``left``: seconds left before the deadline (None: no deadline)."""
         oom = self.run.oom
         measured = {k: v for k, v in records.items() if k not in oom}
         if not measured:
@@ -66,24 +75,22 @@ class StopRule:
         elif REAL in oom or len(measured) < 2:  # no gap to settle: the others' figures still count
             stop = "out_of_memory" if done >= min(self.min_steps, self.run.plan.cap) else None
         else:
-            stop = self._rule(measured, done, elapsed)
+            stop = self._rule(measured, done, elapsed, left)
         if self.run.dist is not None:  # every rank stops together
             stop = _agree(self.run.dist, stop)
         return stop
 
-    def _rule(self, records: dict[str, list], done: int, elapsed: float) -> str | None:
+    def _rule(self, records: dict[str, list], done: int, elapsed: float, left: float | None) -> str | None:
         """The rule on the sources still measured (the settled check runs on the whole-epoch window)."""
         plan = self.run.plan
         if done >= plan.cap:
             return "max_steps"
-        if elapsed >= plan.budget_s and done >= min(self.min_steps, plan.cap):
-            return "budget"
         if done >= self.min_steps:
             w = self.window(done)
             fresh = self.epoch is None or w == done or done - w < plan.block  # a window just completed
             if fresh and self.open_items({k: v[:w] for k, v in records.items()})[0]:
                 return "settled"
-        if elapsed >= 4 * plan.budget_s:  # min_steps cannot be reached in reasonable time
+        if left is not None and elapsed > left:  # the next round, as long as this one, would end past the deadline
             return "budget"
         return None
 

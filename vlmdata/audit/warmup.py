@@ -17,6 +17,7 @@ in seconds.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -110,12 +111,26 @@ class Warmup:
         }
 
 
-def warm_up(run: Any, warm: Warmup, loaders: Any) -> float:
-    """The warm-up phase (module docstring); returns the seconds the live loaders' start and steps took."""
+def warm_up(run: Any, warm: Warmup, loaders: Any, phase: Any = None) -> float:
+    """The warm-up phase (module docstring); returns the seconds the live loaders' start and steps took.
+    ``phase(name, detail)``: the caller's progress around it ("compile" first when blocks are compiled: the first
+    full steps compile them)."""
     plan = run.plan
-    warm.first_step()
-    warm.shapes(range(0, min(plan.horizon, plan.warmup + plan.block)))
-    t = run.clock()
-    loaders.start()
-    loaders.untimed_steps(plan.warmup)
+    phase = phase or _no_phase
+    parts = (run.workload.describe() or {}).get("options", {}).get("compile") or "none"
+    if parts != "none":
+        with phase("compile", f"torch.compile of the {parts} blocks in the first full step of each configuration"):
+            warm.first_step()
+    with phase("warm-up", "a full step per configuration, every new shape forward and backward, the loaders started"):
+        if parts == "none":
+            warm.first_step()
+        warm.shapes(range(0, min(plan.horizon, plan.warmup + plan.block)))
+        t = run.clock()
+        loaders.start()
+        loaders.untimed_steps(plan.warmup)
     return run.clock() - t
+
+
+@contextmanager
+def _no_phase(name: str, detail: str = ""):
+    yield

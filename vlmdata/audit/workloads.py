@@ -241,6 +241,25 @@ class ReferenceWorkload:
         self._config = key
         self.summary = model_summary(self.model)
 
+    def trains(self) -> dict[str, bool]:
+        """Which parts have trainable parameters now: ``language``, ``vision`` and ``projection`` weights, and the
+        PEFT adapters of the decoder and of the vision tower (``stages.backward_factors`` reads it)."""
+        vis = self.model.model.visual
+        projection = {id(p) for m in [vis.merger, *getattr(vis, "deepstack_merger_list", [])] for p in m.parameters()}
+        language = [*self.model.model.language_model.parameters(), *self.model.lm_head.parameters()]
+
+        def any_trains(params, adapters: bool) -> bool:
+            return any(p.requires_grad and bool(getattr(p, ADAPTER_ATTR, False)) == adapters for p in params)
+
+        tower = [p for p in vis.parameters() if id(p) not in projection]
+        return {
+            "language": any_trains(language, False),
+            "vision": any_trains(tower, False),
+            "projection": any(p.requires_grad for p in vis.parameters() if id(p) in projection),
+            "decoder_adapters": any_trains(language, True),
+            "vision_adapters": any_trains(tower, True),
+        }
+
     def warm(self, batch: dict) -> None:
         self.step.warm(batch)
 

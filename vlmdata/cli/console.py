@@ -2,7 +2,8 @@
 that hold them) progress, tables and the guarded streams. Commands import all of it from here.
 
 - ``cli.progress``: ``progress(...)`` (a rich bar on a terminal, plain lines every ``interval`` seconds
-  otherwise, nothing when quiet; always on stderr, so stdout carries only results), ``Advance``, ``clock``;
+  otherwise, nothing when quiet; always on stderr, so stdout carries only results), ``phases(prefix)`` (one
+  line per phase of a longer command, a heartbeat while it runs), ``Advance``, ``clock``;
 - ``cli.terminal``: the consoles ``out`` / ``err`` (``WholeConsole``: tables never cut a header or a value),
   ``table``, ``counts``, ``human_bytes``;
 - ``cli.streams``: ``guarded_streams`` (every byte written is scrubbed of secrets; a stream that cannot be
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import sys
 
-from vlmdata.cli.progress import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, Advance, clock, interactive, progress
+from vlmdata.cli.progress import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, Advance, clock, interactive, phases, progress
 from vlmdata.cli.streams import GuardedStream, OutputError, guarded_streams, silence
 from vlmdata.cli.terminal import WholeConsole, counts, err, human_bytes, out, table
 from vlmdata.errors import VlmdataError
@@ -61,6 +62,7 @@ __all__ = [
     "human_bytes",
     "interactive",
     "out",
+    "phases",
     "print_json",
     "progress",
     "silence",

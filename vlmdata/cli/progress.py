@@ -17,6 +17,15 @@ and the total while it runs):
 
 - ``quiet``: nothing. Quiet hides progress only; commands always print their verdict and summary.
 
+``phases(prefix)`` gives ``phase(name, detail)``, a context manager around one phase of a longer command (the
+audit's model build, census, compile, warm-up): a line when it starts, on a terminal a spinner with the elapsed
+time, off it a first line once it has run ``FIRST_LINE_S`` (quick phases and failures print nothing), a line
+every ``interval`` seconds while it runs, and a line with its seconds when it ends::
+
+    audit: model build (qwen3-vl-moe 5 of 48 decoder layers, 2.01B parameters on cpu) ...
+    audit: model build: still running, 0:00:10
+    audit: model build done in 0:00:14
+
 Progress goes to stderr so that stdout carries only results (tables, ``--json``).
 """
 
@@ -34,6 +43,7 @@ from vlmdata.cli.streams import OutputError
 from vlmdata.cli.terminal import err
 
 DEFAULT_INTERVAL_S = 10.0
+FIRST_LINE_S = 1.0  # a phase's first line off a terminal: after this long (quick phases and errors print none)
 MAX_INTERVAL_S = 86400.0
 
 
@@ -248,3 +258,60 @@ def _rich_bar(adv: Advance) -> Iterator[Advance]:
             yield adv
         finally:
             adv._on_change = None
+
+
+def phases(
+    prefix: str,
+    quiet: bool = False,
+    *,
+    bar: bool | None = None,
+    stream: IO[str] | None = None,
+    interval: float | None = None,
+) -> Callable:
+    """``phase(name, detail="")``: a context manager reporting one phase (module docstring). Off a terminal the
+    first line comes after ``FIRST_LINE_S`` (a phase that ends sooner, or fails, prints nothing: a failing command
+    still prints its one error line), then one every ``interval`` seconds, and the end."""
+    iv = _interval() if interval is None else interval
+
+    @contextmanager
+    def phase(name: str, detail: str = "") -> Iterator[None]:
+        if quiet:
+            yield
+            return
+        label = f"{prefix}: {name}" + (f" ({detail})" if detail else "")
+        t0 = time.monotonic()
+        if bar if bar is not None else interactive():
+            with err.status(f"{label} ...", spinner="dots"):
+                yield
+            if time.monotonic() - t0 >= FIRST_LINE_S:
+                err.print(f"{prefix}: {name} done in {clock(time.monotonic() - t0)}", highlight=False)
+            return
+        out = stream or sys.stderr
+        stop, said = threading.Event(), [False]
+
+        def say(text: str) -> None:
+            try:
+                out.write(text + "\n")
+                out.flush()
+                said[0] = True
+            except (OSError, ValueError, OutputError):
+                stop.set()
+
+        def heartbeat() -> None:
+            if stop.wait(min(FIRST_LINE_S, iv) if iv else FIRST_LINE_S):
+                return
+            say(f"{label} ...")
+            while iv and not stop.wait(iv):
+                say(f"{prefix}: {name}: still running, {clock(time.monotonic() - t0)}")
+
+        t = threading.Thread(target=heartbeat, name="vlmdata-phase", daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join()
+        if said[0]:
+            say(f"{prefix}: {name} done in {clock(time.monotonic() - t0)}")
+
+    return phase

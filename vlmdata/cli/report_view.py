@@ -20,7 +20,7 @@ from vlmdata.audit.report.knob_tables import knob_rows
 from vlmdata.cli.args import cli_flags
 from vlmdata.cli.console import EXIT_MISLEADING, EXIT_OK, EXIT_UNDECIDED, err, out, print_json, table
 
-__all__ = ["show_report", "exit_code", "run_table"]
+__all__ = ["show_report", "exit_code", "run_table", "show_plan"]
 
 COLOURS = {"MISLEADING": "bold red", "UNDECIDED": "bold yellow"}
 
@@ -60,6 +60,8 @@ def show_report(report: dict, paths: dict[str, str] | None = None, *, as_json: b
     elif not quiet:
         out.print(run_table(report))
     _verdict(report.get("verdict"))
+    for note in [*(report.get("notes") or []), *([report["stopped"]] if report.get("stopped") else [])]:
+        err.print(f"[yellow]note:[/] {escape(cli_flags(note))}", soft_wrap=True)
     for label, text in content["lines"] if content else []:
         if label == "Note":
             err.print(f"[yellow]note:[/] {escape(text)}", soft_wrap=True)
@@ -90,20 +92,20 @@ def run_table(report: dict) -> Table:
     v = report.get("verdict") or {}
     gaps = v.get("gaps", {})
     cfg = report.get("config", {})
-    title = (
-        f"vlmdata audit: {report['workload']['name']} on {cfg.get('device')}, "
-        f"micro-batch {cfg.get('micro_batch_size')} x {cfg.get('micro_batches')} per optimizer step (GBS "
-        f"{cfg.get('global_batch_size')}), seq {cfg.get('seq_length')}, "
-        f"{((report.get('run') or {}).get('run') or {}).get('padding_rule', '')}"
-        + (f" x {report['world_size']} ranks" if report.get("world_size", 1) > 1 else "")
+    title = (  # short enough not to wrap mid-phrase; the padding rule goes under the table
+        f"vlmdata audit: {report['workload']['name']} on {cfg.get('device')}, MBS {cfg.get('micro_batch_size')} x "
+        f"{cfg.get('micro_batches')}/step (GBS {cfg.get('global_batch_size')}), seq {cfg.get('seq_length')}"
+        + (f", {report['world_size']} ranks" if report.get("world_size", 1) > 1 else "")
     )
+    padding = ((report.get("run") or {}).get("run") or {}).get("padding_rule")
     t = Table(
         title=title,
         box=box.SIMPLE_HEAD,
         padding=(0, 1),
         pad_edge=False,
         show_edge=False,
-        caption="vs real: samples/s ratio; wait: data-wait share of step time; pad: padding share of tokens; "
+        caption=(f"padding: {padding}. " if padding else "")
+        + "vs real: samples/s ratio; wait: data-wait share of step time; pad: padding share of tokens; "
         "non-pad tok: text + visual tokens",
     )
     for c in ("source", "steps", "step ms", "samples/s", "non-pad tok/s", "TFLOP/s", "vs real", "wait", "pad"):
@@ -130,3 +132,86 @@ def run_table(report: dict) -> Table:
 
 def _f(x, fmt: str = "{:.3g}") -> str:
     return "-" if x is None else fmt.format(x)
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return "-" if v is None else str(v)
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def show_plan(plan: dict) -> None:
+    """The audit's plan (``vlmdata.audit.preview``) on stderr: the settings and where each came from (both sides
+    with a benchmark, and what differs), the arms, the model and the measured part with parameter counts and
+    estimated memory, the expected steps and times, the budget and the stop rule, the notes."""
+    rows = [[_name(r), _cell(r["value"]), r["from"]] for r in plan["settings"]]
+    err.print(table("audit plan: the run (every setting and where it came from)", ["setting", "value", "from"], rows))
+    bench = plan.get("benchmark")
+    if bench:
+        err.print(table("the benchmark beside the run", *_benchmark_rows(bench)))
+    err.print(f"measured: {', '.join(plan['arms'])}", soft_wrap=True, markup=False, highlight=False)
+    for line in _plan_lines(plan):
+        err.print(escape(cli_flags(line)), soft_wrap=True, highlight=False)
+    for note in plan.get("notes") or []:
+        err.print(f"[yellow]note:[/] {escape(cli_flags(note))}", soft_wrap=True)
+
+
+def _name(row: dict) -> str:
+    """A setting as the user sets it: its flag when it is one, else its name in words."""
+    return cli_flags(f"`{row['setting']}`") if row.get("param") else row["setting"].replace("_", " ")
+
+
+def _benchmark_rows(bench: dict) -> tuple[list[str], list[list[str]]]:
+    run, b = bench["run"], bench["benchmark"]
+    diffs = {d["key"]: d for d in bench.get("diffs") or []}
+    keys = list(dict.fromkeys([*run["sources"], *b["sources"]]))
+    rows = []
+    for k in keys:
+        rv = run["run"].get(k, run["execution"].get(k))
+        bv = b["run"].get(k, b["execution"].get(k))
+        kind = diffs[k]["kind"] if k in diffs else ""
+        rows.append(
+            [k.replace("_", " "), _cell(rv), run["sources"].get(k, "-"), _cell(bv), b["sources"].get(k, "-"), kind]
+        )
+    for lk in bench.get("links") or []:
+        rows.append([f"link {lk['name']}", ", ".join(lk["keys"]), "", lk["action"], "", "measured"])
+    return ["setting", "run", "from", "benchmark", "from", "differs"], rows
+
+
+def _plan_lines(plan: dict) -> list[str]:
+    m, fit = plan["model"], plan.get("measured") or {}
+    lines = [
+        f"padding: {plan['padding_rule']}",
+        f"model: {m['name']} ({m['family']}), {m['params']['total'] / 1e9:.2f}B parameters in all",
+    ]
+    if fit:
+        p = fit["params"]
+        part = f"{fit['layers']} of {m['layers']} decoder layers" if fit.get("layers") else "the whole model"
+        experts = f", {fit['experts']} experts per layer" if fit.get("experts") else ""
+        lines.append(
+            f"measured on {plan['device']}: {part}{experts}: {p['total'] / 1e9:.2f}B parameters, "
+            f"{p['trainable'] / 1e6:.1f}M trained"
+        )
+    if plan.get("memory_line"):
+        lines.append(f"memory: {plan['memory_line']}")
+    if fit.get("refusal"):
+        lines.append(f"refused: {fit['refusal']}")
+    st, t = plan["steps"], plan.get("times")
+    lines.append(f"steps per source: {st['min']} ({st['min_why']}) to {st['max']} (`max_steps`)")
+    if t:
+        lines.append(
+            f"expected (rough): {t['expected_steps']} steps per source; model build ~{_clock(t['model_build_s'])}, "
+            f"census ~{_clock(t['census_s'])}, warm-up ~{_clock(t['warmup_s'])}, a round ~{_clock(t['round_s'])} "
+            f"(every source at real's FLOPs: mocks are faster); in all ~{_clock(t['total_s'])}"
+        )
+    if plan.get("budget"):
+        lines.append(f"budget: {plan['budget']['line']}")
+    lines.append(f"stop rule: {plan['stop_rule']}")
+    lines.append(f"(planned in {plan['plan_seconds']:.1f} s, nothing built)")
+    return lines

@@ -7,6 +7,7 @@ from vlmdata.audit.attribution import attribute, benchmark_verdict
 from vlmdata.audit.metrics import TOKEN_DEFINITIONS, summarize
 from vlmdata.audit.ranks import merge_ranks
 from vlmdata.audit.ranks import stragglers as find_stragglers
+from vlmdata.audit.report.notes import collect_notes, stop_words
 from vlmdata.audit.run_tables import summary_stage_tflops
 from vlmdata.audit.straggler_check import check_ranks
 from vlmdata.audit.verdict import decide
@@ -31,6 +32,9 @@ def build_report(results: list[dict], *, threshold: float, straggler_ratio: floa
         "composition": first.get("composition"),
         "straggler_model": first.get("straggler_model"),
         "benchmark": first.get("benchmark"),
+        "plan": first.get("plan"),
+        "notes": collect_notes(first),  # beside the verdict in every rendering (report.notes)
+        "stopped": stop_words(first.get("measurement")),
         "definitions": {
             "tokens": TOKEN_DEFINITIONS,
             "sources": {n: s.get("definition") for n, s in first["sources"].items()},
@@ -47,7 +51,7 @@ def build_report(results: list[dict], *, threshold: float, straggler_ratio: floa
         per_rank = [r["sources"][name]["records"] for r in results]
         records = per_rank[0] if world == 1 else merge_ranks(per_rank)
         summary = summarize(records, world)
-        summary["stage_tflops"] = summary_stage_tflops(summary, records)
+        summary["stage_tflops"] = summary_stage_tflops(summary, records, first["sources"][name].get("trains"))
         src = {
             "summary": summary,
             "records": records,

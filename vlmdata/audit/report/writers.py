@@ -15,6 +15,11 @@ from vlmdata.audit.report.tables import report_tables
 from vlmdata.audit.verdict import mock_line, proxy_line
 
 
+def _notes(report: dict) -> list[str]:
+    """The notes beside the verdict (``report.notes``), and the stop rule in words."""
+    return [*(report.get("notes") or []), *([report["stopped"]] if report.get("stopped") else [])]
+
+
 def _md_table(head, rows) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
@@ -137,6 +142,7 @@ def markdown(report: dict) -> str:
         f"**{v['line']}**" if v else "_no verdict (needs real and one other source)_",
         "",
     ]
+    parts += [f"- Note: {n}" for n in _notes(report)] + ([""] if _notes(report) else [])
     for label, text in _head_lines(report):
         parts += [f"{label}: {text}" + ("" if text.endswith(".") else "."), ""]
     for title, (head, rows) in report_tables(report):
@@ -155,6 +161,8 @@ def html_page(report: dict, pngs: dict[str, bytes] | None = None) -> str:
         "<h1>vlmdata audit" + {"logs": " compare", "sweep": " sweep"}.get(report.get("kind") or "", "") + "</h1>",
         _headline_html(v) if v else "<p><i>no verdict</i></p>",
     ]
+    if _notes(report):
+        body.append("<ul class='notes'>" + "".join(f"<li>Note: {esc(n)}</li>" for n in _notes(report)) + "</ul>")
     body += [f"<p><b>{esc(label)}:</b> {esc(text)}</p>" for label, text in _head_lines(report)]
     for title, (head, rows) in report_tables(report):
         body.append(

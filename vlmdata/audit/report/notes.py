@@ -1,0 +1,43 @@
+"""The notes a person must read beside the verdict, one list for every rendering (console, report.md, report.html,
+report.json's ``notes``): ``collect_notes(result)``; and the stop rule that ended the measurement in words
+(``stop_words(measurement)``).
+
+The notes are, in order: what the run's settings say about themselves (``resolve``: a mock-data Bridge config, a
+PEFT run, values assumed or defaulted, the model read from the Bridge config, disagreements between the Bridge
+config and the model, the slice measured), the benchmark's (``benchmark``), the measurement's (sources repeated
+within a step). No torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["collect_notes", "stop_words", "STOP_WORDS"]
+
+STOP_WORDS = {
+    "settled": "every gap's 95% interval decided the verdict",
+    "max_steps": "the step cap (`max_steps`) was reached",
+    "budget": "the time budget (`budget_s`) left no room for another round",
+    "out_of_memory": "a source ran out of memory and no gap was left to measure",
+}
+
+
+def collect_notes(result: dict[str, Any]) -> list[str]:
+    """Every note of one run's result (module docstring), each once, in order."""
+    found: list[str] = []
+    found += (result.get("run") or {}).get("notes") or []
+    found += (result.get("plan") or {}).get("notes") or []
+    found += (result.get("benchmark") or {}).get("notes") or []
+    found += (result.get("measurement") or {}).get("epoch_wrap") or []
+    return list(dict.fromkeys(n for n in found if n))
+
+
+def stop_words(measurement: dict[str, Any] | None) -> str | None:
+    """Why the measurement stopped, in words (None before anything was measured)."""
+    m = measurement or {}
+    why = m.get("stop")
+    if why is None:
+        return None
+    steps = m.get("steps_per_source")
+    text = STOP_WORDS.get(str(why), str(why))
+    return f"stopped after {steps} steps per source: {text}" if steps is not None else f"stopped: {text}"
