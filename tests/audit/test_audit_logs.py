@@ -354,3 +354,12 @@ def test_cli_compare_prints_per_iteration_table(capsys):
     o = capsys.readouterr().out
     assert "ms/iteration" in o and "UNDECIDED (limit 1.10x): mock undecided" in o  # -q keeps table and verdict
     assert "visual" not in o
+
+
+def test_bridge_summary_values_without_the_mcore_default(tmp_path):
+    """Bridge 0.6.2's "Configuration Summary" prints ``num_layers: 48  (Mcore default: 0)``: the value is 48."""
+    log = tmp_path / "summary.log"
+    text = open(fx("bridge_real.log")).read()
+    log.write_text("[model] Non-default values (vs Mcore TransformerConfig):\n  num_layers: 48  (Mcore default: 0)\n" + text)
+    p = parse_log(str(log))
+    assert config_value(p["config"], "num_layers") == "48"

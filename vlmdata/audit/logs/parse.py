@@ -26,6 +26,7 @@ MAX_LOG_BYTES = 4 << 30  # a log is streamed; larger files are refused (cut the 
 MAX_LINE_BYTES = 1 << 20  # longer lines are skipped (counted in the notes)
 ARG_RE = re.compile(r"^\s*([A-Za-z_][\w]*)\s+\.{2,}\s+(\S.*?)\s*$")  # Megatron-LM: "  seq_length .... 4096"
 YAML_RE = re.compile(r"^(\s*)([A-Za-z_][\w]*)\s*:(?:\s+(.*?))?\s*$")  # Bridge: "  seq_length: 4096"
+MCORE_DEFAULT_RE = re.compile(r"\s+\(Mcore default: .*\)$")  # the default Bridge's summary quotes beside a value
 WORLD_RE = re.compile(r"using world size:\s*(\d+)")
 PARAMS_RE = re.compile(r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)")
 TOKEN_KEYS = ("tokens per iteration", "tokens per batch", "tokens", "num tokens", "total tokens")
@@ -174,6 +175,7 @@ class _LogParser:
         y = YAML_RE.match(raw)
         if y:
             indent, key, value = len(y.group(1)), y.group(2), (y.group(3) or "").strip()
+            value = MCORE_DEFAULT_RE.sub("", value)  # Bridge's summary: "num_layers: 48  (Mcore default: 0)"
             while self.stack and self.stack[-1][0] >= indent:
                 self.stack.pop()
             dotted = ".".join([k for _, k in self.stack] + [key])
