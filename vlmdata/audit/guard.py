@@ -26,6 +26,7 @@ from vlmdata import storage
 from vlmdata.audit.inputs import PROFILE_DIR, TWIN_DIR, AuditError
 from vlmdata.dataset.manifest import MANIFEST_NAME
 from vlmdata.dataset.resolve import OutputRefused, check_output
+from vlmdata.ingest.output import STATE_DIR
 
 # the files ``report.write_report`` writes into an output folder, and how each starts
 REPORT_FILES = ("report.json", "report.md", "report.html")
@@ -104,16 +105,20 @@ def is_report_file(path: str) -> bool:
 
 
 def _is_generated_dataset(path: str) -> bool:
-    """An empty folder, or a dataset an earlier audit generated (manifest kind "twin" or "synth")."""
+    """An empty folder, or a dataset an earlier audit generated (manifest kind "twin" or "synth"), or one it was
+    writing when it was interrupted (no manifest yet; the writer's state ``.vlmdata-build/options.json`` says
+    "twin" or "synth": vlmdata's own, replaced by the rerun)."""
     if not os.path.isdir(path) or os.path.islink(path):
         return False
     if not os.listdir(path):
         return True
-    try:
-        doc = json.loads(storage.read_regular(os.path.join(path, MANIFEST_NAME), 1 << 30, MANIFEST_NAME))
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(doc, dict) and doc.get("kind") in ("twin", "synth")
+    for name in (MANIFEST_NAME, os.path.join(STATE_DIR, "options.json")):
+        try:
+            doc = json.loads(storage.read_regular(os.path.join(path, name), 1 << 30, name))
+        except (OSError, ValueError, RecursionError):
+            continue
+        return isinstance(doc, dict) and doc.get("kind") in ("twin", "synth")
+    return False
 
 
 def _owned(path: str) -> bool:

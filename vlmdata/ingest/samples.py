@@ -63,7 +63,7 @@ def write_dataset(
         raise BuildError(f"{storage.redact(out)}: in-memory samples are written to local folders only")
     try:
         with DatasetWriter(out, overwrite=overwrite, energon=bool(energon), energon_target=energon_target) as writer:
-            writer.start()
+            writer.start({"kind": kind})  # the state marks an interrupted write as vlmdata's own (replaced on rerun)
             results = ((i, Entry.from_sample(s, i)) for i, s in enumerate(samples))
             with engine_context(engine, 1 if engine is None else workers, address) as eng:
                 records, seen, tail = pack(results, spec.planner(), writer.write, eng, 0, progress)

@@ -158,7 +158,7 @@ def write_twin(
     maker = TwinMaker(seed, tokenizer, model)
     threads = threads or max(1, min(8, os.cpu_count() or 1))
     with DatasetWriter(out, overwrite=True, energon=None) as writer:
-        writer.start()
+        writer.start({"kind": "twin", "seed": seed})  # the state marks an interrupted twin as vlmdata's own
         records, index, placeholders = _write_shards(writer, maker, shards, only_keys, threads, progress)
         return writer.finish(
             records,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 
 from vlmdata.audit.collector import describe_line
 from vlmdata.audit.logs import report_content
 from vlmdata.audit.report.knob_tables import SWEEP_DEFINITIONS
 from vlmdata.audit.report.plots import plots
+from vlmdata.audit.report.publish import publish
 from vlmdata.audit.report.tables import report_tables
 from vlmdata.audit.verdict import mock_line, proxy_line
 
@@ -221,14 +221,13 @@ def _headline_html(v: dict) -> str:
 
 
 def write_report(report: dict, out_dir: str, with_plots: bool = True) -> dict[str, str]:
-    """Write report.json, report.md and report.html into ``out_dir``; returns their paths."""
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {k: os.path.join(out_dir, f"report.{k}") for k in ("json", "md", "html")}
-    with open(paths["json"], "w") as f:
-        json.dump(report, f, indent=1, sort_keys=True, default=str)
-    with open(paths["md"], "w") as f:
-        f.write(markdown(report))
+    """Write report.json, report.md and report.html into ``out_dir`` as one set (``publish``: temporary names
+    renamed into place under the folder's lock); returns their paths."""
     pngs = plots(report) if with_plots and (report.get("sources") or report.get("kind") == "sweep") else None
-    with open(paths["html"], "w") as f:
-        f.write(html_page(report, pngs))
-    return paths
+    files = {
+        "report.json": json.dumps(report, indent=1, sort_keys=True, default=str).encode(),
+        "report.md": markdown(report).encode(),
+        "report.html": html_page(report, pngs).encode(),
+    }
+    written = publish(out_dir, files)
+    return {k: written[f"report.{k}"] for k in ("json", "md", "html")}
