@@ -12,19 +12,22 @@
 #   a3b-pre   Qwen3-VL-30B-A3B    bridge_qwen3_vl_30b_a3b_pretrain_mock.yaml (the pretrain-mock recipe as the run)
 #   a3b-lora  Qwen3-VL-30B-A3B    bridge_qwen3_vl_30b_a3b_peft.yaml    (LoRA)
 #   235b      Qwen3-VL-235B-A22B  bridge_qwen3_vl_235b_a22b_sft.yaml   hf_qwen3_vl_235b_a22b.json (a slice)
-# Default cells: q25-3b q25-7b q3-4b q3-8b a3b 235b (forward order). Each is the default 3-source audit
+# Default cells: q25-7b q25-3b q3-4b q3-8b a3b 235b (forward order). Each is the default 3-source audit
 #   vlmdata audit --device cuda --bridge-config YAML --model-config JSON --sources imagefree,bridge-noise,real
-# with the default --compile (all on CUDA) and a short plan (--max-steps ${FAM_STEPS:-4}, --budget-s
-# ${FAM_BUDGET:-30}), killed at ${FAM_TIMEOUT:-180} s (the issue's goal: a verdict within 3 minutes). Device time: a
-# cell is about 1-3 minutes, so one call of at most 10 minutes takes three cells:
-#   bash bench/gpu_families.sh $OUT q25-3b q25-7b q3-4b      then      bash bench/gpu_families.sh $OUT q3-8b a3b 235b
+# with the default --compile (all on CUDA) and a short plan: --max-steps ${FAM_STEPS:-5} (the fewest steps an
+# interval takes) and --budget-s ${FAM_BUDGET:-150} (since issue 33 the budget bounds the whole command, build and
+# compile included), killed at ${FAM_TIMEOUT:-180} s (the issue's goal: a verdict within 3 minutes; a killed cell
+# reads "no verdict"). Device time: a cell is about 1.5-3 minutes (start, census, the compile warm-up, measuring),
+# so a call of at most 10 minutes takes three cells:
+#   bash bench/gpu_families.sh $OUT q25-7b q25-3b q3-4b      then      bash bench/gpu_families.sh $OUT q3-8b a3b 235b
 # Back in OUTDIR (four files whatever the number of cells, within the device's 8-file limit): summary.txt (one
 # line per cell: exit code, seconds, the verdict line, compile seconds, graphs per part, fallbacks), matrix.md
 # (bench/families_summary.py over the cells' reports), families.tar.gz (every cell's report.json/.md and its log,
-# TORCH_LOGS=recompiles included), smi.csv (GPU clocks every 500 ms).
+# TORCH_LOGS=recompiles included), smi.csv (GPU clocks every 500 ms). Env: FAM_STEPS, FAM_BUDGET, FAM_TIMEOUT,
+# FAM_EXTRA (more audit flags, e.g. "--compile none" for the eager figures beside the compiled ones).
 set -uo pipefail
 OUTDIR=$1; shift
-CELLS=("$@"); [ ${#CELLS[@]} -eq 0 ] && CELLS=(q25-3b q25-7b q3-4b q3-8b a3b 235b)
+CELLS=("$@"); [ ${#CELLS[@]} -eq 0 ] && CELLS=(q25-7b q25-3b q3-4b q3-8b a3b 235b)
 W=/tmp/fam
 mkdir -p "$OUTDIR" $W
 . bench/gpu_env.sh
@@ -55,7 +58,7 @@ for cell in "${CELLS[@]}"; do
   rm -rf "${W:?}/$cell"; t0=$SECONDS
   timeout "${FAM_TIMEOUT:-180}" python3 -m vlmdata audit --device cuda --num-workers 3 --threads 8 \
     --bridge-config "$yaml" --model-config "$json" --sources "$src" \
-    --max-steps "${FAM_STEPS:-4}" --budget-s "${FAM_BUDGET:-30}" ${FAM_EXTRA:-} -o "$W/$cell" > "$W/$cell.log" 2>&1
+    --max-steps "${FAM_STEPS:-5}" --budget-s "${FAM_BUDGET:-150}" ${FAM_EXTRA:-} -o "$W/$cell" > "$W/$cell.log" 2>&1
   rc=$?; dt=$((SECONDS - t0))
   line=$(grep -E "^(MISLEADING|OK|UNDECIDED)" "$W/$cell.log" | head -1 | cut -c1-240)
   stats=$(python3 - "$W/$cell/report.json" <<'EOF' 2>/dev/null

@@ -181,6 +181,7 @@ def test_fallback_engages_past_the_budget_and_is_reported(tmp_path, fresh_compil
     """A budget of one graph per part: the decoder's second batch kind (padded rows after a packed one) needs a
     second graph, so the decoder layers fall back to eager, say why, and build nothing more; the result's compile
     entry and its note say what that does to the figures."""
+    from vlmdata.audit.report.notes import collect_notes
     from vlmdata.audit.report.writers import _compile_line
 
     model = build_model(tiny_shape(tmp_path, FAMILIES["qwen2.5-vl"]), "cpu")
@@ -208,7 +209,8 @@ def test_fallback_engages_past_the_budget_and_is_reported(tmp_path, fresh_compil
     (note,) = summary["notes"]
     assert "decoder layers" in note and "eager" in note and "paired" in note
     line = _compile_line(summary)
-    assert "decoder 2" in line and note in line
+    assert "decoder 2" in line and note in line  # report.md / report.html's Method line
+    assert note in collect_notes({"measurement": {"compile": summary}})  # the notes under the verdict (console too)
     step.close()
 
 

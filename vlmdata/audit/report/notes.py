@@ -5,7 +5,7 @@ report.json's ``notes``): ``collect_notes(result)``; and the stop rule that ende
 The notes are, in order: what the run's settings say about themselves (``resolve``: a mock-data Bridge config, a
 PEFT run, values assumed or defaulted, the model read from the Bridge config, disagreements between the Bridge
 config and the model, the slice measured), the benchmark's (``benchmark``), the measurement's (sources repeated
-within a step). No torch.
+within a step; a compiled part that fell back to eager past its recompile budget). No torch.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def collect_notes(result: dict[str, Any]) -> list[str]:
     found += (result.get("plan") or {}).get("notes") or []
     found += (result.get("benchmark") or {}).get("notes") or []
     found += (result.get("measurement") or {}).get("epoch_wrap") or []
+    found += ((result.get("measurement") or {}).get("compile") or {}).get("notes") or []  # a part fell back to eager
     return list(dict.fromkeys(n for n in found if n))
 
 
