@@ -40,14 +40,14 @@ def test_the_plan_of_the_default_run_resolves_everything_without_building(fixed_
     p = preview(AuditConfig())
     settings = {r["setting"]: (r["value"], r["from"]) for r in p["settings"]}
     assert settings["seq_length"] == (2048, "default") and settings["micro_batches_per_step"] == (4, "derived")
-    assert settings["budget_s"] == (120.0, "default") and settings["device"] == ("cpu", "default")
+    assert settings["budget_s"] == (200.0, "default") and settings["device"] == ("cpu", "default")
     assert p["arms"] == list(AuditConfig().sources) and p["benchmark"] is None
     assert p["model"]["params"]["total"] == p["measured"]["params"]["total"] > 0 and p["measured"]["fits"]
     assert p["steps"] == {**p["steps"], "min": 12, "max": 30, "real_samples": 89}  # one epoch of the sample data
     t = p["times"]
     assert t["step_flops"] > 0 and t["round_s"] == pytest.approx(t["step_flops"] * 4 * 4 / (10e9 * 0.8))
     assert t["total_s"] == pytest.approx(t["before_measuring_s"] + t["measure_s"])
-    assert "`budget_s` 120 s bounds the whole command" in p["budget"]["line"]
+    assert "`budget_s` 200 s bounds the whole command" in p["budget"]["line"]
     assert "settled" in p["stop_rule"] and "`max_steps`" in p["stop_rule"]
 
 

@@ -75,7 +75,7 @@ HELP = {  # the audit's flags (dest -> help); every default quoted comes from th
     "steps": "measure exactly this many global steps per source (sets --min-steps and --max-steps; the sources still alternate in rounds of --block steps)",
     "min_steps": "steps per source before stopping may be considered (default: one epoch of the real data, at most --max-steps)",
     "max_steps": f"global steps per source at most (default {CPU['max_steps']} CPU / {GPU['max_steps']} CUDA)",
-    "budget_s": f"stop measuring after this many seconds once --min-steps are done, at a round's end (default {CPU['budget_s']:.0f} CPU / {GPU['budget_s']:.0f} CUDA)",
+    "budget_s": f"the whole command's wall time: the model build, census and warm-up count, and a round is measured only when it can end before the budget does (at least one round; the plan says what runs before measuring and how long it is expected to take) (default {CPU['budget_s']:.0f} CPU / {GPU['budget_s']:.0f} CUDA)",
     "block": f"consecutive global steps of one source per round (default {CPU['block']} / {GPU['block']})",
     "precision": f"stop when every gap's 95%% interval is within this fraction of its ratio and decides the verdict (default {A.precision})",
     "warmup": f"extra untimed training steps per source after its loader starts (default {CPU['warmup']} CPU / {GPU['warmup']} CUDA; every shape is warmed anyway)",
