@@ -47,7 +47,7 @@ def test_the_plan_of_the_default_run_resolves_everything_without_building(fixed_
     t = p["times"]
     assert t["step_flops"] > 0 and t["round_s"] == pytest.approx(t["step_flops"] * 4 * 4 / (10e9 * 0.8))
     assert t["total_s"] == pytest.approx(t["before_measuring_s"] + t["measure_s"])
-    assert "`budget_s` 200 s bounds the whole command" in p["budget"]["line"]
+    assert "`budget_s` 3.3 min bounds the whole command" in p["budget"]["line"]
     assert "settled" in p["stop_rule"] and "`max_steps`" in p["stop_rule"]
 
 

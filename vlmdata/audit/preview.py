@@ -29,7 +29,7 @@ from vlmdata.audit.stop import STOP_RULE
 from vlmdata.dataset.resolve import open_dataset
 from vlmdata.loaders.api import make_loader
 
-__all__ = ["preview", "SAMPLE_MICRO_BATCHES", "setting_rows"]
+__all__ = ["preview", "SAMPLE_MICRO_BATCHES", "setting_rows", "duration"]
 
 SAMPLE_MICRO_BATCHES = 8  # real micro-batches read (shapes only) for the step's FLOPs
 BUILD_PARAMS_PER_S = {"cpu": 150e6, "cuda": 1.5e9}  # random initialisation (rough)
@@ -135,17 +135,27 @@ def _times(plan: AuditPlan, flops: list[dict], rate: float, steps: dict) -> dict
     }
 
 
+def duration(seconds: float) -> str:
+    """Seconds in words: "45 s", "3.5 min", "2.1 h"."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
 def _budget(plan: AuditPlan, t: dict) -> dict[str, Any]:
     fixed, budget = t["before_measuring_s"], plan.budget_s
     line = (
-        f"`budget_s` {budget:.0f} s bounds the whole command: the model build (~{t['model_build_s']:.0f} s), the "
-        f"census (~{t['census_s']:.0f} s) and the warm-up (~{t['warmup_s']:.0f} s"
-        + (f", compilation ~{t['compile_s']:.0f} s of it" if t["compile_s"] else "")
+        f"`budget_s` {duration(budget)} bounds the whole command: the model build (~{duration(t['model_build_s'])}), "
+        f"the census (~{duration(t['census_s'])}) and the warm-up (~{duration(t['warmup_s'])}"
+        + (f", compilation ~{duration(t['compile_s'])} of it" if t["compile_s"] else "")
         + ") run first and count; then a round is measured only when it can end before the budget does"
         + " (at least one round: one step per source)"
     )
     if fixed >= budget:
-        line += f"; they alone are expected to take ~{fixed:.0f} s, past the budget: only one round will be measured"
+        line += (
+            f"; they alone are expected to take ~{duration(fixed)}, past the budget, which cannot bound them: only "
+            f"one round (~{duration(t['round_s'])}) will be measured"
+        )
     return {"budget_s": budget, "line": line, "unbounded_s": fixed if fixed >= budget else 0.0}
 
 

@@ -143,7 +143,9 @@ def _cell(v) -> str:
 def _clock(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def show_plan(plan: dict) -> None:
