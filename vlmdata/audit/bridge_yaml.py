@@ -6,6 +6,7 @@ field's path.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -28,6 +29,9 @@ MAX_INT = 1 << 53  # the largest integer a field takes (each size has its own, s
 def load_config(path: str, max_bytes: int, sections: tuple[str, ...]) -> dict:
     """The file's top-level mapping, at most ``max_bytes``, with one of ``sections`` (BridgeConfigError for
     everything that stops it being one)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise BridgeConfigError(f"`bridge_config` must be a path to a YAML file, not {type(path).__name__}", "")
+    path = os.fspath(path)
     try:
         local = storage.local(path)
     except storage.CredentialsInURL as e:

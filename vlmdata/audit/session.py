@@ -17,6 +17,8 @@ reports; the other ranks' reports are rank 0's figures too).
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -27,11 +29,13 @@ import torch.distributed
 from vlmdata.audit.config import AuditConfig
 from vlmdata.audit.distributed import DistInfo, gather, init_distributed, shutdown
 from vlmdata.audit.guard import check_device, check_out_dir, check_paths
+from vlmdata.audit.inputs import AuditError
 from vlmdata.audit.preview import preview
 from vlmdata.audit.report import build_report, write_report
 from vlmdata.audit.runner import run_audit
 from vlmdata.audit.sweep import parse_sweep, run_sweep
 from vlmdata.audit.user_step import reset_step_limit, set_step_limit
+from vlmdata.options_util import shown
 
 __all__ = ["AuditSession", "run_session", "plan_only"]
 
@@ -43,6 +47,21 @@ class AuditSession:
     report: dict
     paths: dict[str, str] | None  # report.json / .md / .html written (rank 0 with ``out_dir``), else None
     main: bool  # this process is rank 0 (or there is no process group)
+
+
+def _check_arguments(cfg, out_dir, memory_limit_gb, threads, callbacks) -> None:
+    """``run_session``'s own arguments (the settings are ``AuditConfig``'s): ``AuditError`` naming the parameter."""
+    if not isinstance(cfg, AuditConfig):
+        raise AuditError(f"`cfg` must be an AuditConfig, not {type(cfg).__name__}")
+    if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
+        raise AuditError(f"`out` must be a folder path, not {type(out_dir).__name__}")
+    m = memory_limit_gb
+    if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 < m < math.inf):
+        raise AuditError(f"`memory_limit_gb` must be a finite number > 0, not {shown(m)}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 4096):
+        raise AuditError(f"`threads` must be an integer 1..4096, not {shown(threads)}")
+    if any(c is not None and not callable(c) for c in callbacks):
+        raise AuditError("`progress`, `on_config`, `phase` and `on_plan` must be callables or None")
 
 
 def run_session(
@@ -74,6 +93,7 @@ def run_session(
     Returns:
         An ``AuditSession``; the report has ``wall_s``.
     """
+    _check_arguments(cfg, out_dir, memory_limit_gb, threads, (progress, on_config, phase, on_plan))
     check_paths(real=cfg.real, profile=cfg.profile)
     check_device(cfg.device)
     if out_dir:  # before measuring: the folder can be written and replaces only an earlier audit's files

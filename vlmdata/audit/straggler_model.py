@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from vlmdata.audit.inputs import AuditError
+from vlmdata.audit.run_spec import MAX_GLOBAL_BATCH, MAX_MICRO_BATCH, MAX_PARALLEL
 from vlmdata.audit.straggler_check import check_ranks, plot_stragglers
 from vlmdata.audit.straggler_cost import MICRO_KEYS, TERMS, CostModel, calibrate, cost_ms, fit_cost_model
 
@@ -83,6 +84,7 @@ SYNC_MODES = ("micro_batch", "step")
 DEFAULT_DP_SIZES = (8, 64, 512, 4096)
 MAX_SAMPLES = 1 << 22  # samples drawn per source and DP size at most (steps are reduced for large DP)
 MIN_STEPS = 16  # never fewer simulated steps than this, whatever MAX_SAMPLES says
+MAX_STEP_SAMPLES = 1 << 26  # samples of one simulated global step (DP x M x B) at most
 CHUNK_SAMPLES = 1 << 20  # samples processed at once (bounds memory)
 
 
@@ -220,24 +222,30 @@ def _check_simulate_args(
     steps: int,
     real: str,
 ) -> None:
-    def positive_int(name: str, v: Any) -> None:
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-            raise AuditError(f"{name} must be an int >= 1, got {v!r}")
+    def positive_int(name: str, v: Any, high: int) -> None:
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or not 1 <= v <= high:
+            shown = f"an integer of {int(v).bit_length()} bits" if isinstance(v, int) and abs(v) >> 64 else f"{v!r:.60}"
+            raise AuditError(f"{name} must be an int 1..{high}, got {shown}")
 
-    positive_int("`micro_batch_size`", micro_batch_size)
-    positive_int("`micro_batches_per_rank`", micro_batches_per_rank)
-    if len(dp_sizes) == 0:
-        raise AuditError("`dp_sizes` must name at least one data-parallel size")
+    positive_int("`micro_batch_size`", micro_batch_size, MAX_MICRO_BATCH)
+    positive_int("`micro_batches_per_rank`", micro_batches_per_rank, MAX_GLOBAL_BATCH)
+    if isinstance(dp_sizes, str) or not isinstance(dp_sizes, Sequence) or len(dp_sizes) == 0:
+        raise AuditError("`dp_sizes` must be a non-empty sequence of data-parallel sizes")
     for dp in dp_sizes:
-        positive_int("every `dp_sizes` entry", dp)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
-        raise AuditError(f"`steps` must be an int >= 2 (for a standard error), got {steps!r}")
-    if sync not in SYNC_MODES:
-        raise AuditError(f"`sync` must be one of {', '.join(SYNC_MODES)}, got {sync!r}")
-    if not sources:
-        raise AuditError("`sources` must hold at least one census")
-    if real not in sources:
-        raise AuditError(f"`real`={real!r} is not one of the sources ({', '.join(sources)})")
+        positive_int("every `dp_sizes` entry", dp, MAX_PARALLEL)
+        if dp * micro_batches_per_rank * micro_batch_size > MAX_STEP_SAMPLES:  # at least MIN_STEPS such steps
+            raise AuditError(
+                f"`dp_sizes` {dp} x `micro_batches_per_rank` {micro_batches_per_rank} x `micro_batch_size` "
+                f"{micro_batch_size} samples per global step: at most {MAX_STEP_SAMPLES} are simulated"
+            )
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 2 <= steps <= 1 << 20:
+        raise AuditError(f"`steps` must be an int 2..{1 << 20} (2 for a standard error), got {steps!r:.60}")
+    if not isinstance(sync, str) or sync not in SYNC_MODES:
+        raise AuditError(f"`sync` must be one of {', '.join(SYNC_MODES)}, got {sync!r:.60}")
+    if not isinstance(sources, dict) or not sources:
+        raise AuditError("`sources` must be a dict holding at least one census")
+    if not isinstance(real, str) or real not in sources:
+        raise AuditError(f"`real`={real!r:.60} is not one of the sources ({', '.join(map(str, sources))})")
 
 
 def simulate(

@@ -9,12 +9,15 @@ image fields in the iteration lines).
 
 from __future__ import annotations
 
+import math
+import os
 import re
 
 from vlmdata.audit.logs.parse import LogError, config_value, parse_log
 from vlmdata.audit.logs.records import log_summary, to_records
 from vlmdata.audit.logs.settings import attribution_note, setting_differences
 from vlmdata.audit.verdict import DEFAULT_THRESHOLD, decide, verdict_line
+from vlmdata.options_util import shown
 
 # dump fields that identify the model (compared between the logs when both print them)
 MODEL_KEYS = (
@@ -147,6 +150,25 @@ def _adjust_verdict(v: dict, real: dict, images: bool) -> dict:
     return v
 
 
+def _check_arguments(mock, real, warmup, seq_length, threshold, allow_mismatch, mock_config, real_config) -> None:
+    """``compare_logs``' arguments: paths are strings, numbers in range (``LogError`` naming the parameter)."""
+    for name, v, optional in (
+        ("mock", mock, False),
+        ("real", real, False),
+        ("mock_config", mock_config, True),
+        ("real_config", real_config, True),
+    ):
+        if not (isinstance(v, (str, os.PathLike)) or (optional and v is None)):
+            raise LogError(f"`{name}` must be a path to a log file, not {type(v).__name__}")
+    for name, v, low in (("warmup", warmup, 0), ("seq_length", seq_length, 1)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not low <= v <= 1 << 40):
+            raise LogError(f"`{name}` must be an integer {low}..{1 << 40} or None, not {shown(v)}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold < math.inf:
+        raise LogError(f"`threshold` must be a finite number >= 0, not {shown(threshold)}")
+    if not isinstance(allow_mismatch, bool):
+        raise LogError(f"`allow_mismatch` must be True or False, not {shown(allow_mismatch)}")
+
+
 def compare_logs(
     mock: str,
     real: str,
@@ -178,6 +200,7 @@ def compare_logs(
         LogError: a log cannot be read or has nothing to measure after warm-up.
         WorkloadMismatch: the logs differ in workload and ``allow_mismatch`` is False.
     """
+    _check_arguments(mock, real, warmup, seq_length, threshold, allow_mismatch, mock_config, real_config)
     parsed, runs, sources, infos = {}, {}, {}, {}
     for name, path in (("mock", mock), ("real", real)):
         parsed[name], recs, infos[name] = _read_side(path, warmup, seq_length)
