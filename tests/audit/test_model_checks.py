@@ -242,3 +242,23 @@ def test_a_sweep_grid_is_bounded_before_it_is_built():
     with pytest.raises(AuditError, match="`sweep` must be a list"):
         parse_sweep("micro_batch_size=1,2")  # type: ignore[arg-type]
     assert len(parse_sweep(["micro_batch_size=1,2,4", "recompute=none,full"])) == 2
+
+
+def test_a_seq_length_from_the_yaml_is_named_there_not_as_a_flag(tmp_path):
+    """The census's "too short" error names the Bridge config the value came from (class 6, issue 32)."""
+    from audit_fakes import FakeClock, ShapeCostWorkload
+
+    from vlmdata.audit.runner import run_audit
+
+    path = tmp_path / "run_config.yaml"
+    path.write_text(
+        yaml.safe_dump({"train": {"micro_batch_size": 1, "global_batch_size": 2}, "model": {"seq_length": 128}})
+    )
+    cfg = AuditConfig(
+        bridge_config=str(path), preset="tiny", sources=("imagefree", "real"), min_steps=3, max_steps=3, block=3
+    )
+    with pytest.raises(
+        VlmdataError, match=r"need more than seq_length=128 \(the Bridge config .*run_config.yaml's\) tokens"
+    ) as e:
+        run_audit(cfg, clock=FakeClock(), workload=ShapeCostWorkload(FakeClock()))
+    assert "`seq_length`=" not in str(e.value)

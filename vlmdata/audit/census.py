@@ -222,10 +222,15 @@ def take_census(run: Any, shards: list[str]) -> Sources:
         if c.too_long:
             named = list(c.too_long_keys)
             shown = ", ".join(f"{k} ({c.too_long_keys[k]})" for k in named[:3]) + (", ..." if len(named) > 3 else "")
+            given = (  # a value from the Bridge YAML is named there, not as a flag the user did not pass
+                f"seq_length={plan.spec(name).seq_length} (the Bridge config {cfg.bridge_config}'s)"
+                if plan.res.sources.get("seq_length") == "bridge config"
+                else f"`seq_length`={plan.spec(name).seq_length}"
+            )
             raise AuditError(
                 f"source {name}: {len(named)} distinct samples in the first {len(c.items)} micro-batches need more "
-                f"than `seq_length`={plan.spec(name).seq_length} tokens: {shown} (the longest needs {c.longest}); use "
-                f"`seq_length` >= {-(-c.longest // 128) * 128}"
+                f"than {given} tokens: {shown} (the longest needs {c.longest}); use `seq_length` >= "
+                f"{-(-c.longest // 128) * 128}"
             )
     micro, whole = censuses[REAL].epoch_micro(), censuses[REAL].epoch_whole()
     if run.dist is not None:  # ranks' shares differ by a sample: one window for all (the longest epoch)
