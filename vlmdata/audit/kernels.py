@@ -31,6 +31,8 @@ torch's ``varlen_attn`` is one) instead of a Python loop over a device list that
 A packed decoder batch (``seq_policy="pack"``: one row of several samples) passes its sample boundaries
 through ``packed(cu_seqlens, max_len)``, a context the decoder attention reads; it is a plain module
 global, not a contextvar, because activation recompute re-runs the forward on autograd's device thread.
+A compiled decoder layer does not read it inside its graph: ``compiled`` passes it (``packed_now()``) as the
+attention's own ``cu_seq_lens_q`` / ``max_length_q`` arguments.
 """
 
 from __future__ import annotations
