@@ -1,4 +1,4 @@
-"""Expert-parallel all-to-all measured at the message sizes ``vlmdata.audit.compose`` models (multi-GPU).
+"""Expert-parallel all-to-all measured at the message sizes ``vlmdata.audit.analysis.compose`` models (multi-GPU).
 
     torchrun --nproc-per-node 8 bench/a2a_bench.py [--tokens 8192] [--top-k 8] [--hidden 2048] [--rounds 20]
 

@@ -33,8 +33,10 @@ def main(paths: list[str]) -> int:
         print(f"== {path}: {model}; status {rep['verdict']['status']}; load {load}; wall {rep.get('wall_s', 0):.0f} s")
         for mock, a in (attr.get("mocks") or {}).items():
             h = a["headline"]["samples_per_s"]
-            print(f"  {mock}: per-GPU samples/s benchmark/run {_fmt(h)}; product {a['product']:.3f}; "
-                  f"interaction {a['interaction'] if a['interaction'] is None else round(a['interaction'], 3)}")
+            print(
+                f"  {mock}: per-GPU samples/s benchmark/run {_fmt(h)}; product {a['product']:.3f}; "
+                f"interaction {a['interaction'] if a['interaction'] is None else round(a['interaction'], 3)}"
+            )
             spread[(model, mock)]["headline"].append(h["ratio"])
             for fac in a["factors"]:
                 print(f"    {fac['factor']:<24} {_fmt(fac)}")
@@ -47,7 +49,9 @@ def main(paths: list[str]) -> int:
         for name, vals in figs.items():
             med = statistics.median(vals)
             dev = max(abs(v / med - 1) for v in vals) if med else float("nan")
-            print(f"  {model} {mock} {name:<24} n={len(vals)} {min(vals):.3f} / {med:.3f} / {max(vals):.3f} ({dev:.1%})")
+            print(
+                f"  {model} {mock} {name:<24} n={len(vals)} {min(vals):.3f} / {med:.3f} / {max(vals):.3f} ({dev:.1%})"
+            )
     return 0
 
 

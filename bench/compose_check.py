@@ -17,7 +17,7 @@ must resolve. Here both run in one process, on one model:
   GBS/MBS micro-batches, step r of every round using the same ones in both modes;
 - every batch is warmed (forward and backward, untimed) and each (source, mode) runs one untimed global step;
 - then ``--rounds`` rounds; each round runs one global step of every (source, mode) in an order that rotates
-  every round, Python's garbage collector handled as the audit's rounds handle it (``vlmdata.audit.collector``); a slice step is composed to L layers by ``vlmdata.audit.compose.compose_record`` exactly as an
+  every round, Python's garbage collector handled as the audit's rounds handle it (``vlmdata.audit.workload.collector``); a slice step is composed to L layers by ``vlmdata.audit.analysis.compose.compose_record`` exactly as an
   audit composes it (plain layers at the slice's measured plain-layer cost).
 
 Reported (``compose_check.json``, and printed): per source, composed / whole step time per round (min / median /
@@ -42,15 +42,15 @@ from itertools import islice
 
 import torch
 
-from vlmdata.audit.collector import Collector
-from vlmdata.audit.compose import Composition, compose_record
-from vlmdata.audit.config import AuditConfig
-from vlmdata.audit.inputs import REAL, prepare_input
-from vlmdata.audit.plan import loader_options, make_plan
-from vlmdata.audit.real_data import real_shards
-from vlmdata.audit.rounds import global_record, micro_shape
-from vlmdata.audit.run_spec import SEQ_POLICIES
-from vlmdata.audit.runner import reference_workload
+from vlmdata.audit.analysis.compose import Composition, compose_record
+from vlmdata.audit.phases.rounds import global_record, micro_shape
+from vlmdata.audit.phases.runner import reference_workload
+from vlmdata.audit.planning.plan import loader_options, make_plan
+from vlmdata.audit.settings.config import AuditConfig
+from vlmdata.audit.settings.run_spec import SEQ_POLICIES
+from vlmdata.audit.sources.real_data import real_shards
+from vlmdata.audit.sources.registry import REAL, prepare_input
+from vlmdata.audit.workload.collector import Collector
 from vlmdata.benchmarks.timing import rotation, spread
 from vlmdata.loaders.api import make_loader
 

@@ -5,7 +5,7 @@
 Per run: the verdict, the knob-by-source table (samples/s, pooled, 95% interval), the mocks' findings,
 each source's best set and the card lines. Across the runs: each knob's pooled effect per source as
 min / median / max of the point estimates with every run's interval, and whether the verdict, the findings
-and real's best set were the same in every run (``vlmdata.audit.knob_effects``, ``decisions``).
+and real's best set were the same in every run (``vlmdata.audit.analysis.knob_effects``, ``decisions``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from vlmdata.audit.knob_effects import fmt_effect  # noqa: E402
+from vlmdata.audit.analysis.knob_effects import fmt_effect  # noqa: E402
 from vlmdata.audit.report.knob_tables import knob_rows  # noqa: E402
 
 

@@ -10,7 +10,7 @@ plans, allocator), each one pass over the ``--micro`` batches:
 - ``today``: transformers' SDPA path (the vision tower splits its packed patches image by image in every
   block, a host sync per block) and one optimizer step per micro-batch (the audit before Bridge semantics);
 - ``sdpa-gbs``: the same attention, one optimizer step per ``--micro`` micro-batches (Bridge's global step);
-- ``varlen-gbs``: ``vlmdata.audit.kernels``' variable-length flash attention over all images of a
+- ``varlen-gbs``: ``vlmdata.audit.workload.kernels``' variable-length flash attention over all images of a
   micro-batch (no per-block host round-trip; the vision index tensors computed on the host), Bridge's step;
 - ``varlen-gbs-rms``: the same with torch's fused RMSNorm (``kernels.fuse_rms_norm``);
 - ``perimage-gbs-rms``: per-image SDPA split by host-known lengths (no sync; cuDNN), fused RMSNorm;
@@ -42,11 +42,11 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from vlmdata import sample_data_path  # noqa: E402
-from vlmdata.audit import kernels  # noqa: E402
-from vlmdata.audit.flops import step_flops  # noqa: E402
-from vlmdata.audit.model import IMAGE_TOKEN_ID, build_model  # noqa: E402
-from vlmdata.audit.run_tables import summary_stage_tflops  # noqa: E402
-from vlmdata.audit.step import STAGES, TrainStep, mrope_position_ids  # noqa: E402
+from vlmdata.audit.report.run_tables import summary_stage_tflops  # noqa: E402
+from vlmdata.audit.workload import kernels  # noqa: E402
+from vlmdata.audit.workload.flops import step_flops  # noqa: E402
+from vlmdata.audit.workload.model import IMAGE_TOKEN_ID, build_model  # noqa: E402
+from vlmdata.audit.workload.step import STAGES, TrainStep, mrope_position_ids  # noqa: E402
 from vlmdata.loaders.api import make_loader  # noqa: E402
 from vlmdata.loaders.options import LoaderOptions  # noqa: E402
 

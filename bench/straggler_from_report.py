@@ -18,8 +18,8 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from vlmdata.audit.run_spec import RunSpec  # noqa: E402
-from vlmdata.audit.straggler_model import Sample, calibrate, fit_cost_model, simulate  # noqa: E402
+from vlmdata.audit.analysis.straggler_model import Sample, calibrate, fit_cost_model, simulate  # noqa: E402
+from vlmdata.audit.settings.run_spec import RunSpec  # noqa: E402
 
 
 def from_report(rep: dict, dps: list[int]) -> dict:

@@ -15,9 +15,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from vlmdata.audit.cards import memory_limit  # noqa: E402
+from vlmdata.audit.analysis.cards import memory_limit  # noqa: E402
+from vlmdata.audit.phases.sweep import decide_sweep  # noqa: E402
 from vlmdata.audit.report import write_report  # noqa: E402
-from vlmdata.audit.sweep import decide_sweep  # noqa: E402
 from vlmdata.errors import VlmdataError  # noqa: E402
 
 

@@ -173,8 +173,8 @@ def test_public_api_and_old_paths():
 
 
 def test_every_user_facing_error_derives_from_vlmdata_error():
-    from vlmdata.audit.inputs import AuditError
     from vlmdata.audit.logs import LogError
+    from vlmdata.audit.sources.registry import AuditError
     from vlmdata.benchmarks.timing import BenchmarkError
     from vlmdata.cli.console import UserError
     from vlmdata.dataset.manifest import ManifestError
@@ -237,3 +237,45 @@ def test_function_level_imports_say_why():
                 unexplained.append(f"{mod}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     assert unexplained == [], "function-level imports without a reason:\n" + "\n".join(unexplained)
     assert 0 < len(found) <= 15, "function-level imports of vlmdata modules:\n" + "\n".join(found)
+
+
+# the audit wing's own floors, lowest first (vlmdata/audit/__init__.py): a sub-package imports its own modules and
+# lower floors only; the package's __init__ (the old-path finder) imports none of them
+AUDIT_LAYERS = ["sources", "settings", "workload", "planning", "analysis", "logs", "report", "phases"]
+AUDIT_RANK = {name: i for i, name in enumerate(AUDIT_LAYERS)}
+
+
+def _audit_part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[:2] == ["vlmdata", "audit"] else None
+
+
+def test_the_audit_wing_is_sub_packages_in_floors():
+    modules = _modules()
+    flat = sorted(m for m in modules if m.startswith("vlmdata.audit.") and m.count(".") == 2)
+    assert set(flat) <= {f"vlmdata.audit.{p}" for p in AUDIT_LAYERS}, f"modules outside the audit's floors: {flat}"
+    bad = []
+    for mod, path in sorted(modules.items()):
+        src = _audit_part(mod)
+        if src is None:
+            continue
+        for target in _imports(mod, path, top_level_only=False):
+            dst = _audit_part(target) if target in modules else None
+            if dst is None or dst == src:
+                continue
+            if AUDIT_RANK[dst] >= AUDIT_RANK[src]:
+                bad.append(f"{mod} ({src}) imports {target} ({dst})")
+    assert bad == [], "audit imports that point up or sideways:\n" + "\n".join(bad)
+
+
+def test_the_audit_modules_old_paths_are_the_new_modules():
+    import importlib
+
+    from vlmdata.audit import MOVED
+
+    for old, new in MOVED.items():
+        assert importlib.import_module(f"vlmdata.audit.{old}") is importlib.import_module(f"vlmdata.audit.{new}"), old
+    from vlmdata.audit.runner import run_audit
+    from vlmdata.audit.settings.config import AuditConfig
+
+    assert run_audit.__module__ == "vlmdata.audit.phases.runner" and AuditConfig.__module__.endswith("settings.config")

@@ -21,7 +21,7 @@ class OptionsError(VlmdataError, ValueError):
 
 
 class BridgeConfigError(VlmdataError):
-    """A Megatron Bridge config YAML (``vlmdata.audit.bridge_config``) cannot be used: the file is missing, not a
+    """A Megatron Bridge config YAML (``vlmdata.audit.settings.bridge_config``) cannot be used: the file is missing, not a
     regular file, too large, not YAML, not a ``ConfigContainer`` mapping, or a field has the wrong type; the message
     names the file and, where there is one, the field's YAML path.
 

@@ -7,13 +7,13 @@ import math
 import pytest
 
 from vlmdata import VlmdataError, make_loader
-from vlmdata.audit.bridge_config import read_bridge_config
-from vlmdata.audit.config import AuditConfig
+from vlmdata.audit.analysis.straggler_cost import CostModel
+from vlmdata.audit.analysis.straggler_model import Sample, simulate
 from vlmdata.audit.logs import compare_logs
-from vlmdata.audit.model_config import read_model_config
-from vlmdata.audit.session import run_session
-from vlmdata.audit.straggler_cost import CostModel
-from vlmdata.audit.straggler_model import Sample, simulate
+from vlmdata.audit.phases.session import run_session
+from vlmdata.audit.settings.bridge_config import read_bridge_config
+from vlmdata.audit.settings.config import AuditConfig
+from vlmdata.audit.settings.model_config import read_model_config
 
 HOSTILE = [None, 123, -1, 3.5, math.nan, b"bytes", [], {}, object(), True, 10**5000]
 LOGS = "tests/audit/fixtures"

@@ -1,14 +1,14 @@
-"""How an audit's settings resolve (vlmdata.audit.config): flags over the Bridge config over the model config
+"""How an audit's settings resolve (vlmdata.audit.settings.config): flags over the Bridge config over the model config
 over the device defaults, each setting's source, the slice decision, and the runner's global steps."""
 
 import pytest
 from audit_fakes import SMALL_PIXELS, FakeClock, ShapeCostWorkload
 
-from vlmdata.audit.bridge_config import read_bridge_config
-from vlmdata.audit.config import DEVICE_DEFAULTS, AuditConfig
-from vlmdata.audit.inputs import AuditError
-from vlmdata.audit.resolve import bridge_packs, resolve
-from vlmdata.audit.runner import run_audit
+from vlmdata.audit.phases.runner import run_audit
+from vlmdata.audit.planning.resolve import bridge_packs, resolve
+from vlmdata.audit.settings.bridge_config import read_bridge_config
+from vlmdata.audit.settings.config import DEVICE_DEFAULTS, AuditConfig
+from vlmdata.audit.sources.registry import AuditError
 from vlmdata.cli.main import parser as build_parser
 
 FIX = "tests/audit/fixtures"
@@ -30,7 +30,7 @@ def test_compile_defaults_per_device():
 
 
 def test_bridge_config_sets_the_run_and_the_model(monkeypatch):
-    import vlmdata.audit.estimate as estimate
+    import vlmdata.audit.planning.estimate as estimate
 
     five = resolve(AuditConfig(bridge_config=A3B, slice_layers=5)).fit
     assert five is not None  # the slice's estimate is the memory this test's machine has: the default slice fits
@@ -112,7 +112,7 @@ def test_steps_keeps_the_sources_interleaved():
     alternate in rounds of one step (the default block), so a drift of the machine's speed reaches every source
     alike. (It used to make one block of N steps per source: on the H200 that measured each source's steps in one
     ~10 s window, and the imagefree/real ratio moved by 15% between runs.)"""
-    from vlmdata.audit.plan import make_plan
+    from vlmdata.audit.planning.plan import make_plan
     from vlmdata.cli.commands.audit import config_from
 
     def plan_of(*flags):
@@ -129,7 +129,7 @@ def test_steps_keeps_the_sources_interleaved():
 def test_the_cli_and_the_api_run_the_same_audit_with_no_arguments():
     """Every default lives in the library: `vlmdata audit` with no arguments and `run_audit(AuditConfig())`
     make the same config and resolve it into the same run (the result's `config` dict)."""
-    from vlmdata.audit.plan import make_plan
+    from vlmdata.audit.planning.plan import make_plan
     from vlmdata.cli.commands.audit import config_from
 
     cli = config_from(build_parser(["audit"]).parse_args(["audit"]))
@@ -181,7 +181,7 @@ def test_runner_measures_global_steps():
 def test_manual_gc_flags_reach_the_run():
     """--manual-gc / --no-manual-gc and --manual-gc-interval become the run's (Bridge's train.manual_gc and
     manual_gc_interval), marked as flags; with neither, the run follows Bridge's recipes (manual, 100)."""
-    from vlmdata.audit.plan import make_plan
+    from vlmdata.audit.planning.plan import make_plan
     from vlmdata.cli.commands.audit import config_from
 
     def run_of(*flags):

@@ -1,4 +1,4 @@
-"""The audit's sources, one registry (vlmdata.audit.inputs): the built-in sources and their loader inputs, a
+"""The audit's sources, one registry (vlmdata.audit.sources.registry): the built-in sources and their loader inputs, a
 source registered in one place is picked up by the checks, prepare_input and ``--sources``; the light module
 imports neither torch nor numpy."""
 
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from vlmdata.audit import inputs
-from vlmdata.audit.inputs import (
+from vlmdata.audit.sources import registry as inputs
+from vlmdata.audit.sources.registry import (
     ALL_SOURCES,
     AUDIT_SOURCES,
     MOCKS,
@@ -69,7 +69,7 @@ def test_a_registered_source_is_picked_up(replay, capsys):
 
 def test_the_registry_module_is_light():
     code = (
-        "import sys, vlmdata.audit.inputs as i; list(i.ALL_SOURCES); "
+        "import sys, vlmdata.audit.sources.registry as i; list(i.ALL_SOURCES); "
         "print(sorted(m for m in ('torch', 'numpy', 'PIL') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -360,6 +360,8 @@ def test_bridge_summary_values_without_the_mcore_default(tmp_path):
     """Bridge 0.6.2's "Configuration Summary" prints ``num_layers: 48  (Mcore default: 0)``: the value is 48."""
     log = tmp_path / "summary.log"
     text = open(fx("bridge_real.log")).read()
-    log.write_text("[model] Non-default values (vs Mcore TransformerConfig):\n  num_layers: 48  (Mcore default: 0)\n" + text)
+    log.write_text(
+        "[model] Non-default values (vs Mcore TransformerConfig):\n  num_layers: 48  (Mcore default: 0)\n" + text
+    )
     p = parse_log(str(log))
     assert config_value(p["config"], "num_layers") == "48"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vlmdata.audit.flops import step_flops
-from vlmdata.audit.model import (
+from vlmdata.audit.workload.flops import step_flops
+from vlmdata.audit.workload.model import (
     IMAGE_TOKEN_ID,
     PAD_TOKEN_ID,
     QWEN_VOCAB_SIZE,
@@ -19,7 +19,7 @@ from vlmdata.audit.model import (
     build_model,
     model_summary,
 )
-from vlmdata.audit.step import STAGES, ImagePadMismatch, TrainStep, check_batch, train_step
+from vlmdata.audit.workload.step import STAGES, ImagePadMismatch, TrainStep, check_batch, train_step
 
 IM_START, IM_END = 151644, 151645
 
@@ -169,7 +169,7 @@ def test_wrong_image_pad_count_raises(model):
 
 
 def test_bf16_weights_with_fp32_masters(threads):
-    from vlmdata.audit.step import MasterAdamW
+    from vlmdata.audit.workload.step import MasterAdamW
 
     model = build_model("tiny", "cpu", torch.bfloat16)
     assert next(model.parameters()).dtype == torch.bfloat16

@@ -10,11 +10,11 @@ import torch
 from audit_clocked_step import clocked
 from audit_fakes import SMALL_PIXELS, FakeClock, ShapeCostWorkload
 
-from vlmdata.audit.distributed import merge_ranks, stragglers
+from vlmdata.audit.analysis.ranks import merge_ranks, stragglers
+from vlmdata.audit.analysis.verdict import GAP_METRICS
+from vlmdata.audit.phases.runner import AuditConfig, run_audit
 from vlmdata.audit.report import build_report, write_report
-from vlmdata.audit.runner import AuditConfig, run_audit
-from vlmdata.audit.step import STAGES
-from vlmdata.audit.verdict import GAP_METRICS
+from vlmdata.audit.workload.step import STAGES
 from vlmdata.cli.main import main
 from vlmdata.cli.report_view import exit_code
 
@@ -145,7 +145,7 @@ def test_cli_seq_length_error_names_the_flag(capsys):
 def _grad_sync_worker(rank, port, q):
     import torch.distributed as dist
 
-    from vlmdata.audit.distributed import DistInfo, GradAllReduce
+    from vlmdata.audit.workload.distributed import DistInfo, GradAllReduce
 
     dist.init_process_group("gloo", rank=rank, world_size=2, init_method=f"tcp://127.0.0.1:{port}")
     torch.manual_seed(0)
@@ -426,8 +426,8 @@ def test_a_build_source_as_real_says_build_first(tmp_path, capsys):
 def test_image_device_options_reach_decoding_loaders_only():
     """--loader-arg image_device=... (and image_decoder) apply to the decoding loaders; the census
     (images="shapes") and the image-free view (images="drop") open without them instead of failing."""
-    from vlmdata.audit.inputs import Input
-    from vlmdata.audit.runner import loader_options
+    from vlmdata.audit.phases.runner import loader_options
+    from vlmdata.audit.sources.registry import Input
 
     cfg = AuditConfig(loader_options={"image_device": "cuda", "image_decoder": "pillow"})
     real = Input("real", "shards", {}, False, "real")

@@ -8,12 +8,12 @@ import torch
 from audit_clocked_step import clocked
 from audit_fakes import SMALL_PIXELS, FakeClock, MemoryBudgetWorkload
 
-from vlmdata.audit.decisions import decide_configs, label
-from vlmdata.audit.inputs import AuditError
+from vlmdata.audit.analysis.decisions import decide_configs, label
+from vlmdata.audit.phases.runner import AuditConfig
+from vlmdata.audit.phases.sweep import grid, parse_sweep, run_sweep
 from vlmdata.audit.report import build_report, write_report
-from vlmdata.audit.runner import AuditConfig
-from vlmdata.audit.sweep import grid, parse_sweep, run_sweep
-from vlmdata.audit.workloads import ReferenceWorkload, apply_recompute
+from vlmdata.audit.sources.registry import AuditError
+from vlmdata.audit.workload.workloads import ReferenceWorkload, apply_recompute
 from vlmdata.cli.main import main
 
 

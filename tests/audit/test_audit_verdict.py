@@ -2,8 +2,8 @@
 
 import pytest
 
-from vlmdata.audit.metrics import rate, rate_ci, ratio_ci, summarize
-from vlmdata.audit.verdict import decide, knobs, settled, stage_attribution
+from vlmdata.audit.analysis.metrics import rate, rate_ci, ratio_ci, summarize
+from vlmdata.audit.analysis.verdict import decide, knobs, settled, stage_attribution
 
 
 def recs(step_ms, n=12, samples=2, nonpad=100, flops=1e12, wait=0.0, times=None, padding=0, total=200, loss=20):
@@ -218,7 +218,7 @@ def test_offender_within_and_undecided_mocks_in_one_headline():
 
 
 def test_expanded_level_widens_small_samples_only():
-    from vlmdata.audit.verdict import expanded_level
+    from vlmdata.audit.analysis.verdict import expanded_level
 
     levels = [expanded_level(n) for n in (5, 10, 45, 1000)]
     assert levels == sorted(levels, reverse=True) and levels[0] > 0.99 and abs(levels[-1] - 0.95) < 0.001

@@ -9,12 +9,12 @@ import pytest
 from audit_fakes import SMALL_PIXELS, FakeClock, ShapeCostWorkload
 from small_dataset import write_small_dataset
 
-from vlmdata.audit.census import Census, _epoch_steps
-from vlmdata.audit.config import AuditConfig, AuditConfigError
-from vlmdata.audit.inputs import AuditError
+from vlmdata.audit.phases.census import Census, _epoch_steps
+from vlmdata.audit.phases.runner import run_audit
+from vlmdata.audit.phases.sweep import run_sweep
 from vlmdata.audit.report import build_report, write_report
-from vlmdata.audit.runner import run_audit
-from vlmdata.audit.sweep import run_sweep
+from vlmdata.audit.settings.config import AuditConfig, AuditConfigError
+from vlmdata.audit.sources.registry import AuditError
 from vlmdata.loaders.api import make_loader
 
 SOURCES = ("imagefree", "bridge-noise", "synthetic", "real")

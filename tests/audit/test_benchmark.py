@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 from audit_fakes import SMALL_PIXELS, FakeClock, ShapeCostWorkload
 
-from vlmdata.audit.benchmark import arms, resolve_benchmark
-from vlmdata.audit.config import AuditConfig
-from vlmdata.audit.inputs import AuditError
-from vlmdata.audit.layout import expert_share, layout_efficiency
-from vlmdata.audit.metrics import summarize
+from vlmdata.audit.analysis.layout import expert_share, layout_efficiency
+from vlmdata.audit.analysis.metrics import summarize
+from vlmdata.audit.analysis.verdict import decide
+from vlmdata.audit.phases.runner import run_audit
+from vlmdata.audit.planning.resolve import resolve
 from vlmdata.audit.report import build_report
-from vlmdata.audit.resolve import resolve
-from vlmdata.audit.runner import run_audit
-from vlmdata.audit.verdict import decide
+from vlmdata.audit.settings.benchmark import arms, resolve_benchmark
+from vlmdata.audit.settings.config import AuditConfig
+from vlmdata.audit.sources.registry import AuditError
 
 FIX = "tests/audit/fixtures"
 SFT = f"{FIX}/bridge_qwen3_vl_30b_a3b_sft.yaml"
@@ -171,7 +171,7 @@ def test_terms_multiply_to_the_efficiency():
 
 
 def test_expert_share_of_the_30b_decoder():
-    from vlmdata.audit.model_config import read_model_config
+    from vlmdata.audit.settings.model_config import read_model_config
 
     x = expert_share(read_model_config(HF_30B).text)
     # 8 of 128 experts x 3 x 2048 x 768, attention 2048 x (32 + 2*4 + 32) x 128, router 2048 x 128

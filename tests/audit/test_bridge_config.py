@@ -1,4 +1,4 @@
-"""``vlmdata.audit.bridge_config``: a Megatron Bridge 0.6.2 ConfigContainer YAML -> BridgeRun.
+"""``vlmdata.audit.settings.bridge_config``: a Megatron Bridge 0.6.2 ConfigContainer YAML -> BridgeRun.
 
 The three ``bridge_qwen3_vl_30b_a3b_sft*.yaml`` fixtures were written by Bridge 0.6.2 itself
 (tests/bridge/make_config_fixtures.py; tests/bridge/test_bridge_config.py checks them against a fresh
@@ -14,10 +14,16 @@ import textwrap
 
 import pytest
 
-from vlmdata.audit import bridge_config
-from vlmdata.audit.bridge_config import EXECUTION_FIELDS, MAX_BYTES, MODEL_FIELDS, BridgeRun, read_bridge_config
-from vlmdata.audit.config import AuditConfig
-from vlmdata.audit.resolve import resolve
+from vlmdata.audit.planning.resolve import resolve
+from vlmdata.audit.settings import bridge_config
+from vlmdata.audit.settings.bridge_config import (
+    EXECUTION_FIELDS,
+    MAX_BYTES,
+    MODEL_FIELDS,
+    BridgeRun,
+    read_bridge_config,
+)
+from vlmdata.audit.settings.config import AuditConfig
 from vlmdata.errors import BridgeConfigError, VlmdataError
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures")

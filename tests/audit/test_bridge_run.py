@@ -1,19 +1,19 @@
 """The user's Bridge run read as it is (issue 33), from YAMLs Bridge 0.6.2's own recipes wrote: the family from
 ``model._target_``, DP derived as Bridge derives it or assumed in words, the ``peft`` section, errors in the file's
-keys, the notes a person must see (vlmdata.audit.bridge_model, bridge_run, peft, resolve)."""
+keys, the notes a person must see (vlmdata.audit.settings.bridge_model, bridge_run, peft, resolve)."""
 
 import json
 import re
 
 import pytest
 
-from vlmdata.audit.bridge_config import read_bridge_config
-from vlmdata.audit.bridge_model import PROVIDERS, shape_of_bridge
-from vlmdata.audit.config import AuditConfig
-from vlmdata.audit.inputs import AuditError
-from vlmdata.audit.model_config import read_model_config
-from vlmdata.audit.peft import read_peft
-from vlmdata.audit.resolve import resolve
+from vlmdata.audit.planning.resolve import resolve
+from vlmdata.audit.settings.bridge_config import read_bridge_config
+from vlmdata.audit.settings.bridge_model import PROVIDERS, shape_of_bridge
+from vlmdata.audit.settings.config import AuditConfig
+from vlmdata.audit.settings.model_config import read_model_config
+from vlmdata.audit.settings.peft import read_peft
+from vlmdata.audit.sources.registry import AuditError
 from vlmdata.errors import BridgeConfigError
 
 FIX = "tests/audit/fixtures"

@@ -1,5 +1,5 @@
 """Python's garbage collector in the measured rounds, as Bridge's ``train.manual_gc`` sets it
-(``vlmdata.audit.collector``): off inside timed steps and collected between them when manual; left to its
+(``vlmdata.audit.workload.collector``): off inside timed steps and collected between them when manual; left to its
 thresholds, and every collection inside a step counted, when automatic."""
 
 import gc
@@ -7,9 +7,9 @@ import weakref
 
 from audit_fakes import SMALL_PIXELS, FakeClock, ShapeCostWorkload
 
-from vlmdata.audit.collector import Collector, describe_line
+from vlmdata.audit.phases.runner import AuditConfig, run_audit
 from vlmdata.audit.report import build_report, write_report
-from vlmdata.audit.runner import AuditConfig, run_audit
+from vlmdata.audit.workload.collector import Collector, describe_line
 
 
 class _Node:

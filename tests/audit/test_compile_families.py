@@ -17,11 +17,11 @@ import pytest
 import torch
 import torch._dynamo
 
-from vlmdata.audit import compiled
-from vlmdata.audit.model import build_model
-from vlmdata.audit.model_config import VISION_END_TOKEN_ID, VISION_START_TOKEN_ID, read_model_config
-from vlmdata.audit.result import _compile_summary
-from vlmdata.audit.step import TrainStep
+from vlmdata.audit.phases.result import _compile_summary
+from vlmdata.audit.settings.model_config import VISION_END_TOKEN_ID, VISION_START_TOKEN_ID, read_model_config
+from vlmdata.audit.workload import compiled
+from vlmdata.audit.workload.model import build_model
+from vlmdata.audit.workload.step import TrainStep
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 FAMILIES = {

@@ -1,12 +1,12 @@
-"""From a measured slice to the user's step (vlmdata.audit.compose): a fake workload with a known cost per
+"""From a measured slice to the user's step (vlmdata.audit.analysis.compose): a fake workload with a known cost per
 decoder layer, the optimizer's shard, the modelled expert-parallel all-to-all. CPU, exact values."""
 
 import pytest
 
-from vlmdata.audit.compose import Composition, compose, compose_record, plan
-from vlmdata.audit.model_config import preset_shape, read_model_config
-from vlmdata.audit.run_spec import RunSpec
-from vlmdata.audit.stages import plain_layers
+from vlmdata.audit.analysis.compose import Composition, compose, compose_record, plan
+from vlmdata.audit.settings.model_config import preset_shape, read_model_config
+from vlmdata.audit.settings.run_spec import RunSpec
+from vlmdata.audit.workload.stages import plain_layers
 
 PLAIN_F, PLAIN_B, DS_F, DS_B, OTHER = 3.0, 5.0, 7.0, 9.0, 40.0  # ms per micro-batch
 
@@ -99,7 +99,7 @@ def test_plan_from_the_run_and_the_measured_model():
 def test_the_report_says_how_the_decoder_was_composed():
     """The report's composition table names the rule the records used (plain layers at their measured cost, or
     the fallback that scales a slice without plain layers), not a formula of an earlier version."""
-    from vlmdata.audit.run_tables import composition_rows
+    from vlmdata.audit.report.run_tables import composition_rows
 
     comp = Composition(layers_full=12, layers_measured=4, optimizer_scale=1.0)
     plain = compose_record(fake_step(4, 3), comp)

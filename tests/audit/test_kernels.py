@@ -1,13 +1,13 @@
-"""The reference model's attention and norm kernels (vlmdata.audit.kernels) compute what transformers' own
+"""The reference model's attention and norm kernels (vlmdata.audit.workload.kernels) compute what transformers' own
 path computes; and a global step accumulates gradients over micro-batches and steps every parameter once."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from vlmdata.audit import kernels
-from vlmdata.audit.model import IMAGE_TOKEN_ID, build_model
-from vlmdata.audit.step import STAGES, MasterAdamW, TrainStep, mrope_position_ids
+from vlmdata.audit.workload import kernels
+from vlmdata.audit.workload.model import IMAGE_TOKEN_ID, build_model
+from vlmdata.audit.workload.step import STAGES, MasterAdamW, TrainStep, mrope_position_ids
 
 
 def test_varlen_attention_equals_sdpa_per_segment():

@@ -13,16 +13,16 @@ import pytest
 from audit_fakes import SMALL_PIXELS, FakeClock
 from audit_knob_fakes import BASE_GB, FROZEN_IMAGE_GB, IMAGE_GB, TEXT_GB, KnobCostWorkload, noisy_grid, sample_ms
 
-from vlmdata.audit.cards import CARDS, memory_limit
-from vlmdata.audit.decisions import decide_configs, label
-from vlmdata.audit.inputs import AuditError
-from vlmdata.audit.knob_effects import BLIND, NO_EFFECT, SEES, fmt_effect, knob_effects
+from vlmdata.audit.analysis.cards import CARDS, memory_limit
+from vlmdata.audit.analysis.decisions import decide_configs, label
+from vlmdata.audit.analysis.knob_effects import BLIND, NO_EFFECT, SEES, fmt_effect, knob_effects
+from vlmdata.audit.analysis.resample import SweepReplicates
+from vlmdata.audit.analysis.verdict import UNDECIDED
+from vlmdata.audit.phases.runner import AuditConfig
+from vlmdata.audit.phases.sweep import run_sweep, sweep_verdict
 from vlmdata.audit.report import build_report, write_report
 from vlmdata.audit.report.knob_tables import KNOB_TITLE, card_rows, knob_rows
-from vlmdata.audit.resample import SweepReplicates
-from vlmdata.audit.runner import AuditConfig
-from vlmdata.audit.sweep import run_sweep, sweep_verdict
-from vlmdata.audit.verdict import UNDECIDED
+from vlmdata.audit.sources.registry import AuditError
 from vlmdata.cli import args as cli_args
 from vlmdata.cli.report_view import exit_code, show_report
 

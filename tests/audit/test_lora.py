@@ -1,4 +1,4 @@
-"""LoRA on the reference model as Bridge's ``LoRA`` puts it on its own (vlmdata.audit.lora): base weights frozen,
+"""LoRA on the reference model as Bridge's ``LoRA`` puts it on its own (vlmdata.audit.workload.lora): base weights frozen,
 adapters on Megatron's linear_qkv / linear_proj / linear_fc1 / linear_fc2 (the experts' shared), the adapter
 parameters Bridge has, the model unchanged at initialisation, only the adapters trained, with their optimizer
 state; and a PEFT run through the workload."""
@@ -8,12 +8,12 @@ import json
 import pytest
 import torch
 
-from vlmdata.audit.lora import adapter_params, apply_lora
-from vlmdata.audit.model import build_model
-from vlmdata.audit.model_config import read_model_config
-from vlmdata.audit.peft import PeftSpec
-from vlmdata.audit.step import LossForward, TrainStep
-from vlmdata.audit.workloads import ReferenceWorkload, apply_freeze
+from vlmdata.audit.settings.model_config import read_model_config
+from vlmdata.audit.settings.peft import PeftSpec
+from vlmdata.audit.workload.lora import adapter_params, apply_lora
+from vlmdata.audit.workload.model import build_model
+from vlmdata.audit.workload.step import LossForward, TrainStep
+from vlmdata.audit.workload.workloads import ReferenceWorkload, apply_freeze
 
 FIX = "tests/audit/fixtures"
 LORA = "megatron.bridge.peft.lora.LoRA"

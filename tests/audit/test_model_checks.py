@@ -1,4 +1,4 @@
-"""The model and run configurations as untrusted input (vlmdata.audit.model_checks, issue 32): every field of a
+"""The model and run configurations as untrusted input (vlmdata.audit.settings.model_checks, issue 32): every field of a
 config.json or a Bridge YAML checked for type, value and bounds before transformers or torch sees it; every
 size bounded before it is allocated; errors name the file and the key."""
 
@@ -8,10 +8,10 @@ import json
 import pytest
 import yaml
 
-from vlmdata.audit.config import AuditConfig
-from vlmdata.audit.model_config import ModelConfigError, read_model_config
-from vlmdata.audit.resolve import resolve
-from vlmdata.audit.run_spec import RunSpec, RunSpecError
+from vlmdata.audit.planning.resolve import resolve
+from vlmdata.audit.settings.config import AuditConfig
+from vlmdata.audit.settings.model_config import ModelConfigError, read_model_config
+from vlmdata.audit.settings.run_spec import RunSpec, RunSpecError
 from vlmdata.errors import VlmdataError
 from vlmdata.loaders.options import LoaderOptions
 
@@ -184,7 +184,7 @@ def test_expert_parallel_must_divide_the_experts(tmp_path):
     [("\nzzz: " + "9" * 5000 + "\n", "not usable as YAML"), ("\nzzz: " + "[" * 5000 + "]" * 5000 + "\n", "nested")],
 )
 def test_bridge_yaml_anywhere_in_the_file(tmp_path, raw_tail, match):
-    from vlmdata.audit.bridge_config import read_bridge_config
+    from vlmdata.audit.settings.bridge_config import read_bridge_config
     from vlmdata.errors import BridgeConfigError
 
     path = _yaml(tmp_path, raw=open(f"{FIX}/bridge_qwen3_vl_30b_a3b_sft.yaml").read() + raw_tail)
@@ -233,8 +233,8 @@ def test_run_and_api_sizes_are_bounded():
 
 
 def test_a_sweep_grid_is_bounded_before_it_is_built():
-    from vlmdata.audit.inputs import AuditError
-    from vlmdata.audit.sweep import MAX_CONFIGS, parse_sweep
+    from vlmdata.audit.phases.sweep import MAX_CONFIGS, parse_sweep
+    from vlmdata.audit.sources.registry import AuditError
 
     thousand = ",".join(str(i) for i in range(1000))
     with pytest.raises(AuditError, match=f"1000 x 1000 x 1000 configurations; at most {MAX_CONFIGS}"):
@@ -248,7 +248,7 @@ def test_a_seq_length_from_the_yaml_is_named_there_not_as_a_flag(tmp_path):
     """The census's "too short" error names the Bridge config the value came from (class 6, issue 32)."""
     from audit_fakes import FakeClock, ShapeCostWorkload
 
-    from vlmdata.audit.runner import run_audit
+    from vlmdata.audit.phases.runner import run_audit
 
     path = tmp_path / "run_config.yaml"
     path.write_text(

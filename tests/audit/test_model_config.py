@@ -1,4 +1,4 @@
-"""Model shapes (vlmdata.audit.model_config): the user's Hugging Face config.json, a Bridge config's model
+"""Model shapes (vlmdata.audit.settings.model_config): the user's Hugging Face config.json, a Bridge config's model
 section, slices; and the families building and training (small shapes) on CPU."""
 
 import json
@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from vlmdata.audit.bridge_config import read_bridge_config
-from vlmdata.audit.flops import step_flops
-from vlmdata.audit.model import build_model, model_summary
-from vlmdata.audit.model_config import ModelConfigError, ModelShape, read_model_config, shape_from_bridge
-from vlmdata.audit.step import TrainStep
+from vlmdata.audit.settings.bridge_config import read_bridge_config
+from vlmdata.audit.settings.model_config import ModelConfigError, ModelShape, read_model_config, shape_from_bridge
+from vlmdata.audit.workload.flops import step_flops
+from vlmdata.audit.workload.model import build_model, model_summary
+from vlmdata.audit.workload.step import TrainStep
 
 FIX = "tests/audit/fixtures"
 

@@ -8,16 +8,16 @@ import json
 import pytest
 from audit_fakes import SMALL_PIXELS, FakeClock, ShapeCostWorkload
 
-import vlmdata.audit.estimate as estimate
-import vlmdata.audit.preview as preview_mod
-from vlmdata.audit.config import AuditConfig
-from vlmdata.audit.inputs import AuditError
-from vlmdata.audit.preview import preview
+import vlmdata.audit.phases.preview as preview_mod
+import vlmdata.audit.planning.estimate as estimate
+from vlmdata.audit.phases.preview import preview
+from vlmdata.audit.phases.runner import run_audit
+from vlmdata.audit.planning.resolve import resolve
 from vlmdata.audit.report import build_report, write_report
-from vlmdata.audit.resolve import resolve
-from vlmdata.audit.run_tables import summary_stage_tflops
-from vlmdata.audit.runner import run_audit
-from vlmdata.audit.stages import backward_factors
+from vlmdata.audit.report.run_tables import summary_stage_tflops
+from vlmdata.audit.settings.config import AuditConfig
+from vlmdata.audit.sources.registry import AuditError
+from vlmdata.audit.workload.stages import backward_factors
 from vlmdata.cli.main import main
 
 FIX = "tests/audit/fixtures"
@@ -34,7 +34,7 @@ def fixed_device(monkeypatch):
 
 
 def test_the_plan_of_the_default_run_resolves_everything_without_building(fixed_device, monkeypatch):
-    import vlmdata.audit.workloads as workloads
+    import vlmdata.audit.workload.workloads as workloads
 
     monkeypatch.setattr(workloads, "build_model", lambda *a, **k: pytest.fail("the plan built a model"))
     p = preview(AuditConfig())
@@ -70,7 +70,7 @@ def test_the_plan_of_each_recipe_kind_names_what_is_measured(fixed_device):
 
 
 def test_a_slice_that_will_not_fit_is_refused_before_anything_is_built(monkeypatch):
-    import vlmdata.audit.workloads as workloads
+    import vlmdata.audit.workload.workloads as workloads
 
     monkeypatch.setattr(estimate, "available_memory", lambda device: (3 * GIB, "test RAM"))
     monkeypatch.setattr(workloads, "build_model", lambda *a, **k: pytest.fail("allocated before refusing"))

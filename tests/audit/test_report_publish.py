@@ -11,9 +11,9 @@ import signal
 
 import pytest
 
-from vlmdata.audit.guard import check_out_dir
-from vlmdata.audit.inputs import TWIN_DIR, AuditError
 from vlmdata.audit.report.publish import is_leftover, publish
+from vlmdata.audit.settings.guard import check_out_dir
+from vlmdata.audit.sources.registry import TWIN_DIR, AuditError
 
 NAMES = ("report.json", "report.md", "report.html")
 
@@ -101,6 +101,6 @@ def test_write_twin_marks_its_folder_while_writing(tmp_path, monkeypatch):
         twin_mod.write_twin([shard], str(tmp_path / "t"))
     assert "options.json" in seen["state"]
     check_out_dir(str(tmp_path))  # tmp_path/t is not the twin folder; the marker alone is read below
-    from vlmdata.audit.guard import _is_generated_dataset
+    from vlmdata.audit.settings.guard import _is_generated_dataset
 
     assert _is_generated_dataset(str(tmp_path / "t"))

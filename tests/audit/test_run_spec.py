@@ -1,10 +1,10 @@
-"""The run's semantics (vlmdata.audit.run_spec): Bridge's padding rule per TP/PP/EP/CP, micro-batches per
+"""The run's semantics (vlmdata.audit.settings.run_spec): Bridge's padding rule per TP/PP/EP/CP, micro-batches per
 optimizer step, the data-parallel size, the step's extra padding. CPU, exact values."""
 
 import pytest
 import torch
 
-from vlmdata.audit.run_spec import RunSpec, RunSpecError
+from vlmdata.audit.settings.run_spec import RunSpec, RunSpecError
 
 
 @pytest.mark.parametrize(

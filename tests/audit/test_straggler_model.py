@@ -6,9 +6,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vlmdata.audit import straggler_model as sm
-from vlmdata.audit.inputs import AuditError
-from vlmdata.audit.straggler_model import (
+from vlmdata.audit.analysis import straggler_model as sm
+from vlmdata.audit.analysis.straggler_model import (
     CostModel,
     Sample,
     fit_cost_model,
@@ -17,6 +16,7 @@ from vlmdata.audit.straggler_model import (
     samples_from_batch,
     simulate,
 )
+from vlmdata.audit.sources.registry import AuditError
 from vlmdata.errors import VlmdataError
 
 # fixed 1, 0.01 ms/token, 0.1 ms/patch, 0.001 ms/patch**2, optimizer 10 ms
@@ -347,7 +347,7 @@ def test_bad_census_and_cost():
 
 
 def test_calibrate_matches_each_sources_measured_mean():
-    from vlmdata.audit.straggler_model import calibrate
+    from vlmdata.audit.analysis.straggler_model import calibrate
 
     cost = CostModel(10.0, 0.01, 0.0, 0.0, 5.0)
     micro = [
@@ -362,7 +362,7 @@ def test_calibrate_matches_each_sources_measured_mean():
 
 
 def test_check_ranks_predicts_the_slowest_rank_exactly_on_a_linear_cost():
-    from vlmdata.audit.straggler_model import check_ranks
+    from vlmdata.audit.analysis.straggler_model import check_ranks
 
     def rec(tokens):  # micro-batch cost 10 + 0.01 ms per token, optimizer 5 ms, no noise
         micro = [{"ms": 10 + 0.01 * t, "tokens_total": t, "patches": 0, "patch_sq": 0} for t in tokens]

@@ -75,7 +75,7 @@ modified and no value is edited after Bridge produced it):
    {checkpoints,tb_logs}`` (``checkpoint.save``, ``checkpoint.load``, ``logger.tensorboard_dir``), the only
    machine-dependent values; with a fixed cwd a regeneration is byte-identical. Nothing is created there.
 
-``--expected FILE`` also writes, per fixture, the values ``vlmdata.audit.bridge_config.BridgeRun`` should hold, read
+``--expected FILE`` also writes, per fixture, the values ``vlmdata.audit.settings.bridge_config.BridgeRun`` should hold, read
 from Bridge's live ``ConfigContainer`` attributes (not from the YAML), for tests/bridge/test_bridge_run_config.py,
 and beside them (``bridge_values``) what Bridge holds for settings vlmdata may not read yet: ``world_size``,
 ``derived_data_parallel_size`` (Bridge's ``cfg.data_parallel_size``) and ``data_parallel_from_world`` (world /
@@ -298,7 +298,7 @@ def build(name: str):
 def bridge_values(cfg, world_size: int | None = None) -> dict:
     """What BridgeRun should hold, read from the live ConfigContainer (field -> value, JSON-able), and the settings
     listed in the module docstring that vlmdata may not read yet."""
-    from vlmdata.audit.bridge_config import MODEL_FIELDS, PACKING_KEYS
+    from vlmdata.audit.settings.bridge_config import MODEL_FIELDS, PACKING_KEYS
 
     m, ds = cfg.model, cfg.dataset
     in_batch = getattr(ds, "enable_in_batch_packing", None)
@@ -355,7 +355,7 @@ def bridge_values(cfg, world_size: int | None = None) -> dict:
 def execution_values(m) -> dict:
     """``{"execution": ...}``: the ``bridge_config.EXECUTION_FIELDS`` present on the model (a list where a string or
     a list is read: comma-joined), for ``BridgeRun.execution``; ``{}`` where vlmdata has no EXECUTION_FIELDS."""
-    from vlmdata.audit import bridge_config
+    from vlmdata.audit.settings import bridge_config
 
     if not hasattr(bridge_config, "EXECUTION_FIELDS"):
         return {}

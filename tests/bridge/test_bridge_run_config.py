@@ -1,4 +1,4 @@
-"""The Bridge config fixtures against Megatron Bridge 0.6.2 itself, and ``vlmdata.audit.bridge_config`` against
+"""The Bridge config fixtures against Megatron Bridge 0.6.2 itself, and ``vlmdata.audit.settings.bridge_config`` against
 Bridge's own objects.
 
 Runs only under the Bridge venv (``scripts/bridge_env.sh``, then ``.bridge-venv/bin/python -m pytest tests/bridge``);
@@ -84,7 +84,7 @@ def test_fixture_is_a_fresh_regeneration(regenerated, name):
 
 @pytest.mark.parametrize("name", sorted(MAKE.FIXTURES))
 def test_parser_reads_what_bridge_holds(regenerated, name):
-    from vlmdata.audit.bridge_config import BridgeRun, read_bridge_config
+    from vlmdata.audit.settings.bridge_config import BridgeRun, read_bridge_config
 
     out, values = regenerated
     bridge = values[name]

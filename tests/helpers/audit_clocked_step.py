@@ -11,7 +11,7 @@ import sys
 
 from audit_fakes import FakeClock
 
-from vlmdata.audit.model import IMAGE_TOKEN_ID
+from vlmdata.audit.workload.model import IMAGE_TOKEN_ID
 
 CLOCK = FakeClock()
 
@@ -38,9 +38,9 @@ def per_step_overhead(batch, micro_batch_size=1, **options):
 
 def clocked(monkeypatch) -> FakeClock:
     """Every ``run_audit`` the CLI starts (one audit or each configuration of a sweep) timed on ``CLOCK``."""
-    import vlmdata.audit.session as session
-    import vlmdata.audit.sweep as sweep
-    from vlmdata.audit.runner import run_audit
+    import vlmdata.audit.phases.session as session
+    import vlmdata.audit.phases.sweep as sweep
+    from vlmdata.audit.phases.runner import run_audit
 
     CLOCK.now = 0.0
     timed = functools.partial(run_audit, clock=CLOCK)

@@ -1,9 +1,9 @@
 """Test doubles for the audit: a workload that costs a fixed, known time per step on a fake clock, plus a
 one-off charge the first time it meets each shape item (like cuDNN building a plan per new sequence length)."""
 
-from vlmdata.audit.flops import count_tokens
-from vlmdata.audit.model import IMAGE_TOKEN_ID
-from vlmdata.audit.workloads import shape_items
+from vlmdata.audit.workload.flops import count_tokens
+from vlmdata.audit.workload.model import IMAGE_TOKEN_ID
+from vlmdata.audit.workload.workloads import shape_items
 
 SMALL_PIXELS = {"min_pixels": 32 * 32, "max_pixels": 128 * 128}  # tiny grids keep the tests fast
 
@@ -95,7 +95,7 @@ def make_tiny_batch(grids_per_sample=(((1, 8, 12),), ((1, 12, 8), (1, 4, 4))), s
     """A Bridge-format batch for the reference model: Qwen chat tokens, image pad runs, random pixels."""
     import torch
 
-    from vlmdata.audit.model import PAD_TOKEN_ID, VISION_END_TOKEN_ID, VISION_START_TOKEN_ID
+    from vlmdata.audit.workload.model import PAD_TOKEN_ID, VISION_END_TOKEN_ID, VISION_START_TOKEN_ID
     from vlmdata.qwen.spec import load_qwen_tokenizer
 
     tok = load_qwen_tokenizer()

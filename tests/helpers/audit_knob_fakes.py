@@ -12,9 +12,9 @@ import math
 
 import numpy as np
 
-from vlmdata.audit.flops import count_tokens
-from vlmdata.audit.metrics import rate
-from vlmdata.audit.model import IMAGE_TOKEN_ID
+from vlmdata.audit.analysis.metrics import rate
+from vlmdata.audit.workload.flops import count_tokens
+from vlmdata.audit.workload.model import IMAGE_TOKEN_ID
 
 TEXT_MS, OVERHEAD_MS, VISION_MS = 40.0, 10.0, 6.0
 BASE_GB, TEXT_GB, IMAGE_GB, FROZEN_IMAGE_GB = 30.0, 5.0, 40.0, 22.0

@@ -2,7 +2,7 @@
 
 import time
 
-from vlmdata.audit.model import IMAGE_TOKEN_ID
+from vlmdata.audit.workload.model import IMAGE_TOKEN_ID
 
 
 def by_visual_tokens(batch):

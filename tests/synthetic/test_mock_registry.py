@@ -8,7 +8,7 @@ import os
 import pytest
 from PIL import Image
 
-from vlmdata.audit import inputs as audit_inputs
+from vlmdata.audit.sources import registry as audit_inputs
 from vlmdata.cli.main import main
 from vlmdata.dataset.schema import ImageInfo, Sample
 from vlmdata.synthetic.mocks import BRIDGE_NOISE, IMAGEFREE, IMAGEFREE_FIXED, MOCKS, Mock, MockError, register_mock

@@ -157,7 +157,7 @@ def test_validate_fails_a_flipped_idx_byte_a_changed_sqlite_row_and_a_stray_shar
 
 
 def test_an_image_cut_by_seq_length_is_skipped_and_named_text_truncation_counted():
-    from vlmdata.audit.model import IMAGE_TOKEN_ID
+    from vlmdata.audit.workload.model import IMAGE_TOKEN_ID
 
     logging.disable(logging.WARNING)
     try:
@@ -258,8 +258,8 @@ def test_user_step_failures_are_one_line_about_their_code(tmp_path, monkeypatch,
 
 
 def test_user_workload_watchdog_and_checked_return(tmp_path, monkeypatch):
-    from vlmdata.audit.inputs import AuditError
-    from vlmdata.audit.user_step import UserWorkload, time_limit
+    from vlmdata.audit.sources.registry import AuditError
+    from vlmdata.audit.workload.user_step import UserWorkload, time_limit
 
     (tmp_path / "wd_mod.py").write_text(STEPS + "def bad(batch):\n    return {'times_ms': {'total': 'x'}}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -334,7 +334,7 @@ def test_audit_compare_table_piped_is_whole(capsys):
 
 
 def test_default_seq_length_fits_the_real_data():
-    from vlmdata.audit.inputs import fit_seq_length
+    from vlmdata.audit.sources.registry import fit_seq_length
 
     logging.disable(logging.WARNING)
     try:

@@ -265,7 +265,7 @@ def test_build_options_take_a_path_only_where_a_path_belongs(field, tmp_path):
 def test_a_model_config_with_a_zero_head_dim_is_one_line(field, value, tmp_path):
     import os
 
-    from vlmdata.audit.model_config import ModelConfigError, read_model_config
+    from vlmdata.audit.settings.model_config import ModelConfigError, read_model_config
 
     fixtures = os.path.join(os.path.dirname(os.path.dirname(__file__)), "audit", "fixtures")
     doc = json.loads(open(os.path.join(fixtures, "hf_qwen3_vl_8b.json")).read())

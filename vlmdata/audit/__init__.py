@@ -1,19 +1,142 @@
-"""Reference training workload for ``vlmdata audit``.
+"""``vlmdata audit``: one training workload on mock, synthetic and real inputs, the gap explained.
 
-The audit runs one training workload (a Qwen3-VL-MoE architecture with random
-weights, built from a config: nothing is downloaded) on mock, synthetic and
-real inputs and explains the throughput gap stage by stage.
+The folders are the audit's flow; imports point down this list only (``tests/test_architecture.py``)::
 
-- :mod:`vlmdata.audit.config`: ``AuditConfig``, the settings of a run (frozen, validated, defaults once).
-- :mod:`vlmdata.audit.session`: ``run_session``, a whole ``vlmdata audit`` command as one call.
-- :mod:`vlmdata.audit.runner`: ``run_audit`` and its phases (census, warmup, rounds, stop, result).
-- :mod:`vlmdata.audit.model`: size presets, ``build_model``, ``model_summary``.
-- :mod:`vlmdata.audit.step`: one timed training step on a Bridge-format batch.
-- :mod:`vlmdata.audit.flops`: model FLOPs and token counts from actual shapes.
-- :mod:`vlmdata.audit.user_step`: ``--step module:function`` run so that the user's errors, exits and
-  hangs become one line.
-- :mod:`vlmdata.audit.guard`: the checks made before anything is measured (device, output folder, paths).
-- :mod:`vlmdata.audit.report`, :mod:`vlmdata.audit.logs`: the report, and the comparison of two training logs.
+    phases -> report -> logs -> analysis -> planning -> workload -> settings -> sources
 
-See ``docs/reference-workload.md`` and ``docs/audit.md``.
+- ``sources/``: what is measured: the audit-source registry (``registry``: real, synthetic, the mocks;
+  ``AuditError``), what the real source reads (``real_data``), what the generated ones write (``generated``).
+- ``settings/``: what the user asked for, resolved once before anything is built: ``AuditConfig``
+  (``config``), the device defaults, the Bridge YAML and the model's config.json (``bridge_*``, ``model_config``,
+  ``model_checks``, ``peft``), the run's step semantics (``run_spec``), the benchmark's configuration beside the
+  run's (``benchmark``) and the checks made first (``guard``).
+- ``workload/``: the step that is timed: the reference model (``model``, ``kernels``, ``compiled``, ``lora``), one
+  Bridge global step (``step``, ``optimizer``), the workloads (``workloads``; a user's ``--step``: ``user_step``),
+  FLOPs and stage arithmetic (``flops``, ``stages``), garbage collection, the process group (``distributed``).
+- ``planning/``: the run resolved once into the ``AuditPlan`` every phase reads (``resolve``, ``plan``) and what
+  the model and its slice will cost (``estimate``: the slice that fits).
+- ``analysis/``: the figures: rates and intervals (``metrics``, ``resample``), the verdict and the knobs, the
+  decision audit (``decisions``, ``knob_effects``, ``cards``), stragglers, the slice composition (``compose``),
+  the layout composition and the benchmark's attribution (``layout``, ``attribution``).
+- ``logs/``: two training logs compared (``audit compare``).
+- ``report/``: the report's tables, plots and files.
+- ``phases/``: one run as phases (``runner``: census, warm-up, live loaders, measured rounds, stop rule, result),
+  a sweep of configurations (``sweep``), the plan shown before a run (``preview``) and the whole command
+  (``session``: ``run_session``).
+
+Old import paths (``vlmdata.audit.config``, ``vlmdata.audit.runner``, ... before 2026-12-04) keep working: a
+finder maps each to its new home (``MOVED``), so ``vlmdata.audit.config is vlmdata.audit.settings.config``.
+See ``docs/audit.md`` and ``docs/reference-workload.md``.
 """
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+# old module (vlmdata.audit.<name>) -> its home since the wing became sub-packages
+MOVED = {
+    **{
+        m: f"settings.{m}"
+        for m in (
+            "config",
+            "defaults",
+            "run_spec",
+            "model_config",
+            "model_checks",
+            "bridge_config",
+            "bridge_yaml",
+            "bridge_model",
+            "bridge_run",
+            "bridge_checks",
+            "benchmark",
+            "peft",
+            "guard",
+        )
+    },  # fmt: skip
+    **{m: f"planning.{m}" for m in ("resolve", "plan", "estimate")},
+    "preview": "phases.preview",
+    "inputs": "sources.registry",
+    "real_data": "sources.real_data",
+    "generated": "sources.generated",
+    **{
+        m: f"workload.{m}"
+        for m in (
+            "workloads",
+            "user_step",
+            "model",
+            "kernels",
+            "compiled",
+            "step",
+            "optimizer",
+            "batch_checks",
+            "batch_shapes",
+            "flops",
+            "stages",
+            "collector",
+            "distributed",
+            "lora",
+        )
+    },  # fmt: skip
+    **{
+        m: f"phases.{m}"
+        for m in (
+            "session",
+            "runner",
+            "census",
+            "warmup",
+            "live_loaders",
+            "rounds",
+            "stop",
+            "result",
+            "sweep",
+        )
+    },  # fmt: skip
+    **{
+        m: f"analysis.{m}"
+        for m in (
+            "metrics",
+            "verdict",
+            "knobs",
+            "decisions",
+            "knob_effects",
+            "resample",
+            "cards",
+            "ranks",
+            "straggler_model",
+            "straggler_cost",
+            "straggler_check",
+            "compose",
+            "layout",
+            "attribution",
+        )
+    },  # fmt: skip
+    "run_tables": "report.run_tables",
+}
+
+
+class _Alias(importlib.abc.Loader):
+    def __init__(self, target: str):
+        self.target = target
+
+    def create_module(self, spec):
+        return importlib.import_module(self.target)  # the new module itself: one module object under two names
+
+    def exec_module(self, module) -> None:
+        pass
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder):
+    """``vlmdata.audit.<old>`` -> the module ``MOVED`` names (the package docstring)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        prefix, _, name = fullname.rpartition(".")
+        if prefix != __name__ or name not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, _Alias(f"{__name__}.{MOVED[name]}"))
+
+
+if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
+    sys.meta_path.append(_MovedFinder())

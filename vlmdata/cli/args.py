@@ -72,9 +72,9 @@ def positive_seconds(text: str) -> float:
 
 
 def memory_limit_gb(text: str) -> float:
-    """GB of GPU memory, or a card's name (``vlmdata.audit.cards.CARDS``: h100, h200, b200, ...)."""
+    """GB of GPU memory, or a card's name (``vlmdata.audit.analysis.cards.CARDS``: h100, h200, b200, ...)."""
     # the audit's registry of cards, imported by the one flag that reads it (other commands start without it)
-    from vlmdata.audit.cards import memory_limit
+    from vlmdata.audit.analysis.cards import memory_limit
 
     try:
         return memory_limit(text)

@@ -3,9 +3,9 @@ help): presentation only, every default quoted read from the library (``AuditCon
 
 from __future__ import annotations
 
-from vlmdata.audit.config import AuditConfig
-from vlmdata.audit.defaults import DEVICE_DEFAULTS
-from vlmdata.audit.verdict import DEFAULT_THRESHOLD
+from vlmdata.audit.analysis.verdict import DEFAULT_THRESHOLD
+from vlmdata.audit.settings.config import AuditConfig
+from vlmdata.audit.settings.defaults import DEVICE_DEFAULTS
 
 CPU, GPU, A = DEVICE_DEFAULTS["cpu"], DEVICE_DEFAULTS["cuda"], AuditConfig  # the defaults the help quotes
 EXIT_HELP = """exit codes:

@@ -149,7 +149,7 @@ def _clock(seconds: float | None) -> str:
 
 
 def show_plan(plan: dict) -> None:
-    """The audit's plan (``vlmdata.audit.preview``) on stderr: the settings and where each came from (both sides
+    """The audit's plan (``vlmdata.audit.phases.preview``) on stderr: the settings and where each came from (both sides
     with a benchmark, and what differs), the arms, the model and the measured part with parameter counts and
     estimated memory, the expected steps and times, the budget and the stop rule, the notes."""
     rows = [[_name(r), _cell(r["value"]), r["from"]] for r in plan["settings"]]

@@ -13,10 +13,10 @@ import math
 import os
 import re
 
+from vlmdata.audit.analysis.verdict import DEFAULT_THRESHOLD, decide, verdict_line
 from vlmdata.audit.logs.parse import LogError, config_value, parse_log
 from vlmdata.audit.logs.records import log_summary, to_records
 from vlmdata.audit.logs.settings import attribution_note, setting_differences
-from vlmdata.audit.verdict import DEFAULT_THRESHOLD, decide, verdict_line
 from vlmdata.options_util import shown
 
 # dump fields that identify the model (compared between the logs when both print them)

@@ -7,7 +7,7 @@ both logs measured (the one plot).
 
 from __future__ import annotations
 
-from vlmdata.audit.verdict import GAP_METRICS, METRIC_LABELS
+from vlmdata.audit.analysis.verdict import GAP_METRICS, METRIC_LABELS
 
 
 def _f(v, fmt: str = "{:.3g}") -> str:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from vlmdata.audit.analysis.metrics import summarize
+from vlmdata.audit.analysis.verdict import MIN_INTERVAL_STEPS
 from vlmdata.audit.logs.parse import MAX_LINE_BYTES, MS_KEY, TFLOPS_KEY, TOKEN_KEYS, USEFUL_KEYS, config_int
-from vlmdata.audit.metrics import summarize
-from vlmdata.audit.verdict import MIN_INTERVAL_STEPS
 
 
 def _first(fields: dict, keys) -> float | None:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vlmdata.audit.bridge_config import read_bridge_config
 from vlmdata.audit.logs.parse import config_value
+from vlmdata.audit.settings.bridge_config import read_bridge_config
 
 __all__ = ["SETTING_KEYS", "setting_differences", "attribution_note"]
 

@@ -6,7 +6,7 @@
 files; the HTML is self-contained (plots as base64 PNGs, matplotlib Agg).
 
 One module per job: ``build`` (the report dict), ``tables`` (the tables every rendering shares: terminal,
-markdown, HTML; the run's own tables are ``vlmdata.audit.run_tables``), ``plots`` (the PNGs), ``writers``
+markdown, HTML; the run's own tables are ``vlmdata.audit.report.run_tables``), ``plots`` (the PNGs), ``writers``
 (markdown, HTML, the three files). No torch: ``vlmdata audit compare`` writes a report of two logs without it.
 """
 

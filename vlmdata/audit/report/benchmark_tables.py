@@ -1,4 +1,4 @@
-"""The benchmark-against-run tables of a report (``vlmdata.audit.attribution``), shared by the terminal,
+"""The benchmark-against-run tables of a report (``vlmdata.audit.analysis.attribution``), shared by the terminal,
 report.md and report.html: every setting that differs with where each value came from, the per-GPU headline,
 the factors of the gap (their product, the interaction) and the layout's composed terms with their formulas.
 Each ``*_rows(report)`` returns ``(head, rows)`` or None when the report has no benchmark."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vlmdata.audit.attribution import params_text
-from vlmdata.audit.layout import FORMULAS, TERMS
+from vlmdata.audit.analysis.attribution import params_text
+from vlmdata.audit.analysis.layout import FORMULAS, TERMS
 
 __all__ = ["benchmark_tables"]
 
@@ -127,7 +127,7 @@ def benchmark_tables(report: dict) -> list[tuple[str, tuple]]:
             factor_rows,
         ),
         ("Settings that differ (measured: changes the step; composed: the layout; noted: not reproduced)", diff_rows),
-        ("Layouts composed from one GPU's step (vlmdata.audit.layout)", layout_rows),
+        ("Layouts composed from one GPU's step (vlmdata.audit.analysis.layout)", layout_rows),
     ):
         rows = fn(report)
         if rows is not None:

@@ -3,14 +3,14 @@ ranks merged, stragglers flagged and checked against the model, the verdict)."""
 
 from __future__ import annotations
 
-from vlmdata.audit.attribution import attribute, benchmark_verdict
-from vlmdata.audit.metrics import TOKEN_DEFINITIONS, summarize
-from vlmdata.audit.ranks import merge_ranks
-from vlmdata.audit.ranks import stragglers as find_stragglers
+from vlmdata.audit.analysis.attribution import attribute, benchmark_verdict
+from vlmdata.audit.analysis.metrics import TOKEN_DEFINITIONS, summarize
+from vlmdata.audit.analysis.ranks import merge_ranks
+from vlmdata.audit.analysis.ranks import stragglers as find_stragglers
+from vlmdata.audit.analysis.straggler_check import check_ranks
+from vlmdata.audit.analysis.verdict import decide
 from vlmdata.audit.report.notes import collect_notes, stop_words
-from vlmdata.audit.run_tables import summary_stage_tflops
-from vlmdata.audit.straggler_check import check_ranks
-from vlmdata.audit.verdict import decide
+from vlmdata.audit.report.run_tables import summary_stage_tflops
 
 SCHEMA = "vlmdata.audit/2"
 

@@ -12,8 +12,8 @@ titles (empty for a report without ``knob_effects``: a run, a log comparison, a 
 
 from __future__ import annotations
 
-from vlmdata.audit.knob_effects import BLIND, EFFECT_METRICS, fmt_effect
-from vlmdata.audit.verdict import UNDECIDED
+from vlmdata.audit.analysis.knob_effects import BLIND, EFFECT_METRICS, fmt_effect
+from vlmdata.audit.analysis.verdict import UNDECIDED
 
 __all__ = ["knob_rows", "knob_detail_rows", "card_rows", "knob_tables", "KNOB_TITLE", "SWEEP_DEFINITIONS"]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import io
 
+from vlmdata.audit.analysis.metrics import STAGE_ORDER, rate_ci
+from vlmdata.audit.analysis.straggler_check import plot_stragglers
+from vlmdata.audit.analysis.verdict import GAP_METRICS, METRIC_LABELS
 from vlmdata.audit.logs import report_content
-from vlmdata.audit.metrics import STAGE_ORDER, rate_ci
 from vlmdata.audit.report.tables import measured
-from vlmdata.audit.straggler_check import plot_stragglers
-from vlmdata.audit.verdict import GAP_METRICS, METRIC_LABELS
 
 # one fixed colour per stage (tab20 has 20 distinct colours; stages never share one)
 STAGE_COLOURS = dict(

@@ -17,7 +17,7 @@ import os
 import re
 import time
 
-from vlmdata.audit.inputs import AuditError
+from vlmdata.audit.sources.registry import AuditError
 from vlmdata.ingest.output import LOCK_NAME
 
 __all__ = ["publish", "is_leftover", "WAIT_S"]

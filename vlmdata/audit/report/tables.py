@@ -4,18 +4,18 @@ a sweep, a log comparison), in order."""
 
 from __future__ import annotations
 
+from vlmdata.audit.analysis.metrics import STAGE_ORDER
+from vlmdata.audit.analysis.verdict import GAP_METRICS, METRIC_LABELS
 from vlmdata.audit.logs import report_content
-from vlmdata.audit.metrics import STAGE_ORDER
 from vlmdata.audit.report.benchmark_tables import benchmark_tables
 from vlmdata.audit.report.knob_tables import knob_tables
-from vlmdata.audit.run_tables import (
+from vlmdata.audit.report.run_tables import (
     composition_rows,
     run_rows,
     stage_efficiency_rows,
     straggler_check_rows,
     straggler_rows,
 )
-from vlmdata.audit.verdict import GAP_METRICS, METRIC_LABELS
 
 RATE_COLUMNS = [
     ("samples_per_s", "samples/s"),

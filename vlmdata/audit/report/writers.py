@@ -6,13 +6,13 @@ import base64
 import html
 import json
 
-from vlmdata.audit.collector import describe_line
+from vlmdata.audit.analysis.verdict import mock_line, proxy_line
 from vlmdata.audit.logs import report_content
 from vlmdata.audit.report.knob_tables import SWEEP_DEFINITIONS
 from vlmdata.audit.report.plots import plots
 from vlmdata.audit.report.publish import publish
 from vlmdata.audit.report.tables import report_tables
-from vlmdata.audit.verdict import mock_line, proxy_line
+from vlmdata.audit.workload.collector import describe_line
 
 
 def _notes(report: dict) -> list[str]:

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import argparse
 
-from vlmdata.audit.config import LOGITS, AuditConfig
-from vlmdata.audit.decisions import label
-from vlmdata.audit.guard import check_report_dir
-from vlmdata.audit.inputs import ALL_SOURCES, SOURCES
+from vlmdata.audit.analysis.decisions import label
+from vlmdata.audit.analysis.verdict import DEFAULT_THRESHOLD
 from vlmdata.audit.logs import compare_logs
-from vlmdata.audit.model_config import ATTENTION, COMPILE_PARTS, PRESETS
 from vlmdata.audit.report import write_report
-from vlmdata.audit.run_spec import PARALLEL_FIELDS, RECOMPUTE, SEQ_POLICIES
-from vlmdata.audit.verdict import DEFAULT_THRESHOLD
+from vlmdata.audit.settings.config import LOGITS, AuditConfig
+from vlmdata.audit.settings.guard import check_report_dir
+from vlmdata.audit.settings.model_config import ATTENTION, COMPILE_PARTS, PRESETS
+from vlmdata.audit.settings.run_spec import PARALLEL_FIELDS, RECOMPUTE, SEQ_POLICIES
+from vlmdata.audit.sources.registry import ALL_SOURCES, SOURCES
 from vlmdata.cli import args as cli_args
 from vlmdata.cli.args import fraction, key_value, non_negative_int, positive_int, positive_seconds, sweep_item
 from vlmdata.cli.audit_help import COMPARE_DESCRIPTION, COMPARE_EXIT_HELP, COMPARE_HELP, DESCRIPTION, EXIT_HELP, HELP
@@ -152,7 +152,7 @@ def run(args) -> int:
     phase = phases("audit", quiet=not shown)
     with phase("start-up", "loading torch, transformers and the audit"):
         # the measuring stack (torch, the model, the loaders): imported when an audit runs, not by `audit --help`
-        from vlmdata.audit.session import plan_only, run_session
+        from vlmdata.audit.phases.session import plan_only, run_session
 
     if args.plan:
         plan = plan_only(cfg, threads=args.threads)

@@ -1,0 +1,1 @@
+"""The figures: rates and bootstrap intervals (``metrics``, ``resample``), the verdict, the knobs, the decision audit (``decisions``, ``knob_effects``, ``cards``), stragglers, the slice composition (``compose``), the layout composition and the benchmark's attribution (``layout``, ``attribution``)."""

@@ -1,0 +1,1 @@
+"""One audit run as phases, in order: census, warm-up and live loaders, measured rounds, the stop rule, the result (``runner``); the whole command (``session``) and a sweep of configurations (``sweep``)."""

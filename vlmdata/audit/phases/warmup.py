@@ -1,0 +1,136 @@
+"""Phase 3 of an audit: the warm-up, so that one-off per-shape costs fall outside the timed steps.
+
+``Warmup`` holds the shape items already warmed and what the warm-up cost:
+
+- ``first_step()``: one full global step (optimizer state, gradient sync, main-gradient buffers) per configuration
+  measured (``plan.names``: with a benchmark, each configuration's own optimizer path), untimed;
+- ``shapes(steps)``: the census's micro-batches of these global steps that bring a shape item nothing warmed
+  yet run forward and backward untimed (no optimizer step), one round ahead of the measured rounds; under
+  torchrun every rank warms the same number of batches (``agree_max``). Between rounds the time is kept
+  apart (``in_rounds``): it is not part of the measuring budget;
+- ``seen(items)``: the items a timed step brought that were not warmed (expected none), now warmed.
+
+``warm_up(run, warm, loaders)`` is the phase: the first step, the first round's shapes, then each source's
+live loader started and its untimed global steps (``live_loaders.LiveLoaders``); it returns the loaders' part
+in seconds.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from vlmdata.audit.phases.census import Census
+from vlmdata.audit.sources.registry import REAL
+from vlmdata.audit.workload.distributed import agree_max
+from vlmdata.audit.workload.workloads import materialize
+
+__all__ = ["Warmup", "warm_up"]
+
+
+class Warmup:
+    """The warm-up's state (module docstring)."""
+
+    def __init__(self, run: Any, censuses: dict[str, Census]):
+        self.run, self.censuses = run, censuses
+        self.warmed: set = set()
+        self.stats = {"batches": 0, "seconds": 0.0, "in_rounds": 0.0, "full_steps": 0}
+
+    def first_step(self) -> None:
+        """One full global step of real's first census batch, untimed."""
+        run = self.run
+        t = run.clock()
+        firsts = {}  # one full step per configuration measured (its optimizer path): the first name of each
+        for name in run.plan.names:
+            firsts.setdefault(run.plan.spec(name), name)
+        for name in firsts.values():
+            try:
+                run.configure(name)
+                run.workload.begin_step(1)
+                run.workload.micro(materialize(self.censuses[name].batches[0]))
+                run.workload.finish()
+            except torch.OutOfMemoryError as e:
+                run.out_of_memory(name, "first training step", e)
+        self.stats["seconds"] += run.clock() - t
+        self.stats["full_steps"] = len(firsts)
+
+    def _todo(self, steps: range) -> list[tuple[str, dict]]:
+        """The census batches of ``steps`` that bring a shape item not warmed yet (now counted as warmed)."""
+        run, todo = self.run, []
+        for name in run.plan.names:
+            if name in run.oom:
+                continue
+            n_micro = run.plan.micro_of(name)
+            c = self.censuses[name]
+            for i in range(steps.start * n_micro, min(len(c.items), steps.stop * n_micro)):
+                if c.items[i] - self.warmed:
+                    todo.append((name, c.batches[i]))
+                    self.warmed.update(c.items[i])
+        return todo
+
+    def shapes(self, steps: range, between_rounds: bool = False) -> None:
+        """Warm every shape item the census's micro-batches of these global steps bring (module docstring)."""
+        run = self.run
+        if not run.plan.cfg.warm_shapes:
+            return
+        todo = self._todo(steps)
+        n = int(agree_max(run.dist, len(todo)))
+        t = run.clock()
+        for i in range(n):
+            name, batch = todo[min(i, len(todo) - 1)] if todo else (REAL, self.censuses[REAL].batches[0])
+            if name in run.oom:
+                continue
+            try:
+                run.configure(name)
+                run.workload.warm(materialize(batch))
+            except torch.OutOfMemoryError as e:
+                run.out_of_memory(name, "warm-up", e)
+        dt = run.clock() - t
+        self.stats["batches"] += n
+        self.stats["seconds"] += dt
+        if between_rounds:  # warm-ups between rounds: not part of the measuring budget
+            self.stats["in_rounds"] += dt
+
+    def seen(self, items: frozenset) -> int:
+        """How many of a timed micro-batch's shape items were not warmed (they are now)."""
+        new = items - self.warmed
+        self.warmed.update(new)
+        return len(new)
+
+    def describe(self, loader_seconds: float) -> dict:
+        """The measurement's ``warmup`` entry."""
+        return {
+            "shape_batches": self.stats["batches"],
+            "full_steps": self.stats["full_steps"],
+            "shape_items": len(self.warmed),
+            "seconds": self.stats["seconds"],
+            "loader_steps_per_source": self.run.plan.warmup,
+            "loader_seconds": loader_seconds,
+        }
+
+
+def warm_up(run: Any, warm: Warmup, loaders: Any, phase: Any = None) -> float:
+    """The warm-up phase (module docstring); returns the seconds the live loaders' start and steps took.
+    ``phase(name, detail)``: the caller's progress around it ("compile" first when blocks are compiled: the first
+    full steps compile them)."""
+    plan = run.plan
+    phase = phase or _no_phase
+    parts = (run.workload.describe() or {}).get("options", {}).get("compile") or "none"
+    if parts != "none":
+        with phase("compile", f"torch.compile of the {parts} blocks in the first full step of each configuration"):
+            warm.first_step()
+    with phase("warm-up", "a full step per configuration, every new shape forward and backward, the loaders started"):
+        if parts == "none":
+            warm.first_step()
+        warm.shapes(range(0, min(plan.horizon, plan.warmup + plan.block)))
+        t = run.clock()
+        loaders.start()
+        loaders.untimed_steps(plan.warmup)
+    return run.clock() - t
+
+
+@contextmanager
+def _no_phase(name: str, detail: str = ""):
+    yield

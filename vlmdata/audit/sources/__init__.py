@@ -1,0 +1,1 @@
+"""What the audit measures: the registry of audit sources (``registry``: real, synthetic, the mocks), what the real source reads (``real_data``) and what the generated sources write (``generated``)."""

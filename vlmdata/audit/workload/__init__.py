@@ -1,0 +1,1 @@
+"""The training step the audit times: the reference model (``model``, its kernels and compiled blocks), one Bridge global step (``step``, ``optimizer``), the workloads (``workloads``: the reference one, a user's ``--step``), FLOPs and stage arithmetic, garbage collection, the process group."""
