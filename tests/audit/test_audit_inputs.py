@@ -11,7 +11,7 @@ from vlmdata.audit.sources import registry as inputs
 from vlmdata.audit.sources.registry import (
     ALL_SOURCES,
     AUDIT_SOURCES,
-    MOCKS,
+    MOCK_SOURCES,
     SOURCES,
     AuditError,
     AuditSource,
@@ -26,7 +26,7 @@ from vlmdata.cli.main import main
 def test_builtin_sources_and_their_inputs():
     assert set(SOURCES) <= set(ALL_SOURCES)
     assert set(ALL_SOURCES) == {"imagefree", "synthetic", "real", "bridge-noise", "imagefree-fixed"}
-    assert set(MOCKS) == {"imagefree", "bridge-noise", "imagefree-fixed"}  # what the verdict judges
+    assert set(MOCK_SOURCES) == {"imagefree", "bridge-noise", "imagefree-fixed"}  # what the verdict judges
     shards = ["a.tar", "b.tar"]
     real = prepare_input("real", shards)
     assert (real.source, real.options, real.paired) == (shards, {"images": "decode"}, False)
@@ -58,7 +58,7 @@ def replay():
 
 
 def test_a_registered_source_is_picked_up(replay, capsys):
-    assert "replay" in ALL_SOURCES and "replay" in MOCKS
+    assert "replay" in ALL_SOURCES and "replay" in MOCK_SOURCES
     check_sources(("real", "replay"))
     got = prepare_input("replay", ["a.tar", "b.tar"], seed=3)
     assert (got.name, got.source, got.paired) == ("replay", ["a.tar"], True)

@@ -84,7 +84,7 @@ def test_unknown_synth_mock_lists_the_registered_ones(solid, tmp_path, capsys):
 
 
 def test_a_registered_mock_is_an_audit_source(solid, capsys):
-    assert "solid" in audit_inputs.ALL_SOURCES and "solid" in audit_inputs.MOCKS
+    assert "solid" in audit_inputs.ALL_SOURCES and "solid" in audit_inputs.MOCK_SOURCES
     audit_inputs.check_sources(("real", "solid"))
     got = audit_inputs.prepare_input("solid", ["unused.tar"])
     assert (got.name, got.source, got.options, got.paired) == ("solid", "solid", {}, False)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import importlib.util
 import io
 import itertools
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,11 +38,12 @@ from dataclasses import dataclass, field
 from PIL import Image
 
 from vlmdata.baselines.bridge_hf import BridgeReference
+from vlmdata.benchmarks.loader_paths import ExamplesReference, energon_iter, import_bridge, wds_examples
 from vlmdata.benchmarks.timing import BenchmarkError, Contender, interleave, spread
 from vlmdata.dataset.reader import BadSampleError, parse_raw
 from vlmdata.dataset.tar import iter_shard
 from vlmdata.loaders.api import make_loader, resolve_shards
-from vlmdata.qwen.spec import SPECS, build_qwen_processor, get_spec, load_qwen_tokenizer
+from vlmdata.qwen.spec import SPECS, build_qwen_processor, load_qwen_tokenizer
 from vlmdata.qwen.vision import qvu_fetch_image
 
 BASELINE_PREFIXES = ("bridge", "hf-", "energon")
@@ -112,111 +112,177 @@ def _chunks(items: list, n: int):
         yield [next(it) for _ in range(n)]
 
 
-def import_bridge() -> tuple[dict | None, str]:
-    """({"collate", "encoder", "energon"}, note) with Megatron Bridge's Qwen-VL collate and Energon task
-    encoder, or (None, why). On a CPU host without transformer-engine, Bridge cannot be imported; if this is
-    a source checkout, tests/bridge/te_stub.py (the contract test's import-time stub) is installed first."""
-    if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.bridge") is None:
-        return None, "Megatron Bridge is not installed (scripts/bridge_env.sh builds a venv with it)"
-    note = ""
-    if importlib.util.find_spec("transformer_engine") is None:
-        stub = os.path.join(
-            os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-            "tests",
-            "bridge",
-            "te_stub.py",
-        )
-        if not os.path.isfile(stub):
-            return None, "Megatron Bridge needs transformer_engine, which is not installed"
-        spec = importlib.util.spec_from_file_location("vlmdata_te_stub", stub)
-        if spec is None or spec.loader is None:
-            return None, f"cannot load {stub}"
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        mod.install()
-        note = "transformer_engine stubbed at import (tests/bridge/te_stub.py): CPU host, data path only"
-    try:
-        import logging
-        import warnings
-
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        logging.getLogger("megatron.energon").setLevel(logging.ERROR)
-        # heavy and optional: only when Bridge is installed
-        from megatron import energon
-        from megatron.bridge.models.qwen_vl.data.collate_fn import qwen2_5_collate_fn  # pyright: ignore[reportMissingImports]  (optional: Megatron Bridge)
-        from megatron.bridge.models.qwen_vl.data.energon import QwenVLTaskEncoder  # pyright: ignore[reportMissingImports]
-    except (ImportError, RuntimeError, AttributeError, OSError) as e:
-        return None, f"Megatron Bridge is not importable here ({type(e).__name__}: {e})"
-    return {"collate": qwen2_5_collate_fn, "encoder": QwenVLTaskEncoder, "energon": energon}, note
-
-
 def _pull(it, n: int, count: Callable[[dict], int]) -> None:
     got = 0
     while got < n:
         got += count(next(it))
 
 
-def _wds_examples(shards: list[str]):
-    """Endless Bridge HF examples from the shards with webdataset: {"conversation"} with PIL images inline."""
-    import webdataset as wds  # optional: the HF path's reader
+class _Contenders:
+    """The loader benchmark's contenders, built one family at a time (``bench_loader``'s phases): every contender
+    walks the dataset in shard order, ``n`` samples a round, so a round's samples are the same for all (the
+    pre-parsed ones cycle over the parsed dataset; the readers repeat the shards)."""
 
-    ds = wds.WebDataset(shards, shardshuffle=False, empty_check=False).repeat()  # pyright: ignore[reportAttributeAccessIssue]
-    for s in ds:
-        if "json" not in s:
-            continue
-        meta = json.loads(s["json"])
-        conv = meta.get("conversation")
-        if not conv:
-            continue
-        imgs = iter(Image.open(io.BytesIO(s[im["file"]])) for im in meta.get("images") or [])
-        yield {
-            "conversation": [
-                {
-                    "role": t["role"],
-                    "content": [
-                        {"type": "image", "image": next(imgs)} if p.get("type") == "image" else dict(p)
-                        for p in t["content"]
-                    ],
-                }
-                for t in conv
-            ]
-        }
+    def __init__(self, dataset: str, opts: LoaderBenchOptions):
+        self.dataset, self.opts = dataset, opts
+        self.n, self.mbs, self.seq, self.model = opts.samples, opts.micro_batch_size, opts.seq_length, opts.model
+        self.tok = load_qwen_tokenizer()
+        self.everything = read_samples(dataset)
+        self.shards = resolve_shards(dataset)
+        self.notes: list[str] = []
+        self.what: dict[str, str] = {}
+        self.contenders: list[Contender] = []
+        self.has_tv = importlib.util.find_spec("torchvision") is not None
+        self.ref = BridgeReference(build_qwen_processor(self.model, tokenizer=self.tok))
+
+    def groups_of(self, chunk: list) -> list[list]:
+        return [chunk[i : i + self.mbs] for i in range(0, len(chunk), self.mbs)]
+
+    def add(self, name: str, desc: str, run: Callable[[], object]) -> None:
+        self.what[name] = desc
+        self.contenders.append(Contender(name, run, units=self.n))
+
+    def bridge_hf(self) -> None:
+        """Bridge's collate replicated with the HF processor (PIL, and torchvision when installed)."""
+        seq, pil_chunks = self.seq, _chunks(self.everything, self.n)
+        self.add(
+            "bridge-hf-pil",
+            "Bridge collate replicated, HF processor (PIL backend), pre-parsed samples",
+            lambda: [self.ref.collate(g, sequence_length=seq) for g in self.groups_of(next(pil_chunks))],
+        )
+        if not self.has_tv:
+            self.notes.append("bridge-hf-tv not run: torchvision is not installed")
+            return
+        ref_tv = BridgeReference(build_qwen_processor(self.model, tokenizer=self.tok, backend="torchvision"))
+        tv_chunks = _chunks(self.everything, self.n)
+        self.add(
+            "bridge-hf-tv",
+            "Bridge collate replicated, HF fast processor (torchvision), pre-parsed samples",
+            lambda: [ref_tv.collate(g, sequence_length=seq) for g in self.groups_of(next(tv_chunks))],
+        )
+
+    def hf_fast(self) -> None:
+        """The fastest HF path: webdataset + qwen_vl_utils + HF fast image processor + tokenizer + Bridge-style
+        collate."""
+        fetch, qvu = qvu_fetch_image, "vlmdata's copy of qwen_vl_utils.fetch_image"
+        if importlib.util.find_spec("qwen_vl_utils") is not None:
+            try:
+                import qwen_vl_utils  # pyright: ignore[reportMissingImports]  # optional: the real pre-resize
+
+                fetch, qvu = (lambda im: qwen_vl_utils.fetch_image({"image": im})), "qwen_vl_utils.fetch_image"
+            except (ImportError, RuntimeError, AttributeError, OSError) as e:  # it can fail without torchvision
+                self.notes.append(f"qwen_vl_utils not importable ({type(e).__name__}); hf-wds-fast uses vlmdata's copy")
+        backend = "torchvision" if self.has_tv else "pil"
+        hf = ExamplesReference(
+            BridgeReference(build_qwen_processor(self.model, tokenizer=self.tok, backend=backend), fetch_image=fetch)
+        )
+        wds_it, n, seq = wds_examples(self.shards), self.n, self.seq
+
+        def run() -> None:
+            for g in self.groups_of([next(wds_it) for _ in range(n)]):
+                hf.collate(g, sequence_length=seq)
+
+        image = "fast (torchvision)" if self.has_tv else "PIL"
+        self.add(
+            "hf-wds-fast", f"webdataset + {qvu} + HF {image} image processor + tokenizer + Bridge-style collate", run
+        )
+        if not self.has_tv:
+            self.notes.append("hf-wds-fast uses the PIL image processor: the fast one needs torchvision")
+
+    def bridge_native(self) -> None:
+        """Megatron Bridge's own collate and its Energon path, when Bridge imports."""
+        bridge, why = import_bridge()
+        if bridge is None:
+            self.notes.append(f"bridge-collate and energon-bridge not run: {why}")
+            return
+        if why:
+            self.notes.append(why)
+        proc, seq, br_chunks = self.ref.processor, self.seq, _chunks(self.everything, self.n)
+        self.add(
+            "bridge-collate",
+            "Megatron Bridge's qwen2_5_collate_fn on the same examples",
+            lambda: [
+                bridge["collate"](self.ref._examples(g), proc, sequence_length=seq)
+                for g in self.groups_of(next(br_chunks))
+            ],
+        )
+        if not os.path.isdir(os.path.join(self.dataset, ".nv-meta")):
+            self.notes.append(f"energon-bridge not run: {self.dataset} has no .nv-meta (build it with vlmdata build)")
+            return
+        en_it = energon_iter(bridge, self.dataset, proc, self.model, self.mbs, seq)
+        self.add(
+            "energon-bridge",
+            "Energon + Bridge's QwenVLTaskEncoder on DATASET/.nv-meta",
+            lambda: _pull(en_it, self.n, lambda b: len(b["__keys__"])),
+        )
+
+    def loader(self, exact: bool, nw: int = 0, **device):
+        return make_loader(
+            self.dataset,
+            model=self.model,
+            tokenizer=self.tok,
+            seq_length=self.seq,
+            micro_batch_size=self.mbs,
+            num_workers=nw,
+            exact_images=exact,
+            num_epochs=None,
+            shuffle=False,
+            **device,
+        )
+
+    def vlmdata(self) -> None:
+        """vlmdata's loader: fast and bit-exact image paths, the host's share of the device path, workers."""
+        n = self.n
+
+        def host_share(decoder: str):
+            ld = self.loader(False, image_device="cuda", image_decoder=decoder)
+            ld.image_device = None  # stop before finish_batch: the device's share is timed on a GPU
+            return iter(ld)
+
+        fast_it, exact_it = iter(self.loader(False)), iter(self.loader(True))
+        self.add(
+            "vlmdata",
+            "make_loader, fast image path, persistent iterator (reads the shards)",
+            lambda: _pull(fast_it, n, _rows),
+        )
+        self.add(
+            "vlmdata-exact",
+            "make_loader, bit-exact Pillow image path, persistent iterator",
+            lambda: _pull(exact_it, n, _rows),
+        )
+        for decoder in ("pillow", "nvjpeg"):
+            self.add(
+                f"vlmdata-host-{decoder}",
+                f"make_loader(image_device=..., image_decoder={decoder!r}): the host's share, batches before finish_batch",
+                lambda it=host_share(decoder): _pull(it, n, _rows),
+            )
+        for nw in self.opts.workers:
+
+            def fresh(nw=nw) -> None:
+                it = iter(self.loader(False, nw))
+                _pull(it, n, _rows)
+                del it  # shuts the workers down, so their CPU is counted (RUSAGE_CHILDREN)
+
+            self.add(
+                f"vlmdata-w{nw}",
+                f"make_loader with {nw} DataLoader workers, fresh per round (start-up included)",
+                fresh,
+            )
+
+    def decode_only(self) -> None:
+        """Pillow decode of the same samples' images, nothing else: the floor any loader pays."""
+        dec_chunks = _chunks(self.everything, self.n)
+
+        def run() -> None:
+            for b in (im for s in next(dec_chunks) for im in s.images):
+                with Image.open(io.BytesIO(b)) as im:
+                    im.convert("RGB") if im.mode != "RGB" else im.load()
+
+        self.add("jpeg-decode", "Pillow decode of the same samples' images to RGB pixels, nothing else", run)
 
 
-class _ExamplesReference:
-    """``BridgeReference`` fed Bridge HF examples (already holding PIL images) instead of vlmdata Samples."""
-
-    def __init__(self, ref):
-        self.ref = ref
-        ref._examples = lambda examples: examples  # the examples are already Bridge's shape
-
-    def collate(self, examples, sequence_length):
-        return self.ref.collate(examples, sequence_length=sequence_length)
-
-
-def _energon_iter(bridge: dict, dataset: str, proc, model: str, mbs: int, seq_length: int):
-    """Bridge's Energon path: energon.get_train_dataset (no shuffle) + QwenVLTaskEncoder (its defaults:
-    max_visual_tokens=16384, so every image is also run through the processor once to count tokens, then
-    qwen2_5_collate_fn), one process, reading the dataset's own .nv-meta."""
-
-    e = bridge["energon"]
-    enc = bridge["encoder"](
-        tokenizer=proc.tokenizer,
-        image_processor=proc,
-        patch_size=get_spec(model).patch_size,
-        max_padding_length=seq_length,
-    )
-    ds = e.get_train_dataset(
-        dataset,
-        batch_size=mbs,
-        task_encoder=enc,
-        split_part="train",
-        worker_config=e.WorkerConfig(rank=0, world_size=1, num_workers=0),
-        shuffle_buffer_size=None,
-        max_samples_per_sequence=None,
-        repeat=True,
-    )
-    return iter(e.get_loader(ds))
+def _rows(b: dict) -> int:
+    return int(b["input_ids"].shape[0])
 
 
 def bench_loader(
@@ -242,162 +308,31 @@ def bench_loader(
     if not os.path.exists(dataset):
         raise BenchmarkError(f"dataset: {dataset} not found")
     torch.set_num_threads(1)
-    n, mbs, seq, model = opts.samples, opts.micro_batch_size, opts.seq_length, opts.model
-    tok = load_qwen_tokenizer()
-    # every contender walks the dataset in shard order, n samples a round, so a round's samples are the same
-    # for all (the pre-parsed ones cycle over the parsed dataset; the readers repeat the shards)
-    everything = read_samples(dataset)
-    shards = resolve_shards(dataset)
+    c = _Contenders(dataset, opts)
+    c.bridge_hf()
+    c.hf_fast()
+    c.bridge_native()
+    c.vlmdata()
+    c.decode_only()
+    # the vlmdata-wN contenders were added by vlmdata(); keep the historical order (decode before workers)
+    order = [x for x in c.contenders if not x.name.startswith("vlmdata-w")] + [
+        x for x in c.contenders if x.name.startswith("vlmdata-w")
+    ]
+    result = interleave(order, rounds=opts.rounds, warmup=opts.warmup, on_round=on_round)
+    return _loader_result(c, order, result)
 
-    def groups_of(chunk: list) -> list[list]:
-        return [chunk[i : i + mbs] for i in range(0, len(chunk), mbs)]
 
-    notes: list[str] = []
-    what: dict[str, str] = {}
-    contenders: list[Contender] = []
-    has_tv = importlib.util.find_spec("torchvision") is not None
-
-    def add(name: str, desc: str, run: Callable[[], object]) -> None:
-        what[name] = desc
-        contenders.append(Contender(name, run, units=n))
-
-    ref = BridgeReference(build_qwen_processor(model, tokenizer=tok))
-    pil_chunks = _chunks(everything, n)
-    add(
-        "bridge-hf-pil",
-        "Bridge collate replicated, HF processor (PIL backend), pre-parsed samples",
-        lambda: [ref.collate(g, sequence_length=seq) for g in groups_of(next(pil_chunks))],
-    )
-    if has_tv:
-        ref_tv = BridgeReference(build_qwen_processor(model, tokenizer=tok, backend="torchvision"))
-        tv_chunks = _chunks(everything, n)
-        add(
-            "bridge-hf-tv",
-            "Bridge collate replicated, HF fast processor (torchvision), pre-parsed samples",
-            lambda: [ref_tv.collate(g, sequence_length=seq) for g in groups_of(next(tv_chunks))],
-        )
-    else:
-        notes.append("bridge-hf-tv not run: torchvision is not installed")
-
-    # the fastest HF path: webdataset + qwen_vl_utils + HF fast image processor + tokenizer + Bridge-style collate
-    fetch, qvu = qvu_fetch_image, "vlmdata's copy of qwen_vl_utils.fetch_image"
-    if importlib.util.find_spec("qwen_vl_utils") is not None:
-        try:
-            import qwen_vl_utils  # pyright: ignore[reportMissingImports]  # optional: the real pre-resize
-
-            fetch, qvu = (lambda im: qwen_vl_utils.fetch_image({"image": im})), "qwen_vl_utils.fetch_image"
-        except (ImportError, RuntimeError, AttributeError, OSError) as e:  # it can fail without torchvision
-            notes.append(f"qwen_vl_utils not importable ({type(e).__name__}); hf-wds-fast uses vlmdata's copy")
-    backend = "torchvision" if has_tv else "pil"
-    hf = _ExamplesReference(
-        BridgeReference(build_qwen_processor(model, tokenizer=tok, backend=backend), fetch_image=fetch)
-    )
-    wds_it = _wds_examples(shards)
-
-    def hf_fast() -> None:
-        for g in groups_of([next(wds_it) for _ in range(n)]):
-            hf.collate(g, sequence_length=seq)
-
-    add(
-        "hf-wds-fast",
-        f"webdataset + {qvu} + HF {'fast (torchvision)' if has_tv else 'PIL'} image processor "
-        "+ tokenizer + Bridge-style collate",
-        hf_fast,
-    )
-    if not has_tv:
-        notes.append("hf-wds-fast uses the PIL image processor: the fast one needs torchvision")
-
-    bridge, why = import_bridge()
-    if bridge is None:
-        notes.append(f"bridge-collate and energon-bridge not run: {why}")
-    else:
-        if why:
-            notes.append(why)
-        proc = ref.processor
-        br_chunks = _chunks(everything, n)
-        add(
-            "bridge-collate",
-            "Megatron Bridge's qwen2_5_collate_fn on the same examples",
-            lambda: [
-                bridge["collate"](ref._examples(g), proc, sequence_length=seq) for g in groups_of(next(br_chunks))
-            ],
-        )
-        if os.path.isdir(os.path.join(dataset, ".nv-meta")):
-            en_it = _energon_iter(bridge, dataset, proc, model, mbs, seq)
-            add(
-                "energon-bridge",
-                "Energon + Bridge's QwenVLTaskEncoder on DATASET/.nv-meta",
-                lambda: _pull(en_it, n, lambda b: len(b["__keys__"])),
-            )
-        else:
-            notes.append(f"energon-bridge not run: {dataset} has no .nv-meta (build it with vlmdata build)")
-
-    def loader(exact: bool, nw: int = 0, **device):
-        return make_loader(
-            dataset,
-            model=model,
-            tokenizer=tok,
-            seq_length=seq,
-            micro_batch_size=mbs,
-            num_workers=nw,
-            exact_images=exact,
-            num_epochs=None,
-            shuffle=False,
-            **device,
-        )
-
-    def host_share(decoder: str):
-        ld = loader(False, image_device="cuda", image_decoder=decoder)
-        ld.image_device = None  # stop before finish_batch: the device's share is timed on a GPU
-        return iter(ld)
-
-    def rows_in(b: dict) -> int:
-        return int(b["input_ids"].shape[0])
-
-    fast_it, exact_it = iter(loader(False)), iter(loader(True))
-    add(
-        "vlmdata",
-        "make_loader, fast image path, persistent iterator (reads the shards)",
-        lambda: _pull(fast_it, n, rows_in),
-    )
-    add(
-        "vlmdata-exact",
-        "make_loader, bit-exact Pillow image path, persistent iterator",
-        lambda: _pull(exact_it, n, rows_in),
-    )
-    for decoder in ("pillow", "nvjpeg"):
-        add(
-            f"vlmdata-host-{decoder}",
-            f"make_loader(image_device=..., image_decoder={decoder!r}): the host's share, batches before finish_batch",
-            lambda it=host_share(decoder): _pull(it, n, rows_in),
-        )
-    dec_chunks = _chunks(everything, n)
-
-    def decode_only() -> None:
-        for b in (im for s in next(dec_chunks) for im in s.images):
-            with Image.open(io.BytesIO(b)) as im:
-                im.convert("RGB") if im.mode != "RGB" else im.load()
-
-    add("jpeg-decode", "Pillow decode of the same samples' images to RGB pixels, nothing else", decode_only)
-    for nw in opts.workers:
-
-        def fresh(nw=nw) -> None:
-            it = iter(loader(False, nw))
-            _pull(it, n, rows_in)
-            del it  # shuts the workers down, so their CPU is counted (RUSAGE_CHILDREN)
-
-        add(f"vlmdata-w{nw}", f"make_loader with {nw} DataLoader workers, fresh per round (start-up included)", fresh)
-
-    result = interleave(contenders, rounds=opts.rounds, warmup=opts.warmup, on_round=on_round)
-    base_names = [c.name for c in contenders if c.name.startswith(BASELINE_PREFIXES)]
+def _loader_result(c: _Contenders, contenders: list[Contender], result) -> dict:
+    """The report dict of ``bench_loader`` (its Returns)."""
+    base_names = [x.name for x in contenders if x.name.startswith(BASELINE_PREFIXES)]
     baseline = max(base_names, key=lambda b: result.summary()["contenders"][b]["per_cpu_s"]["median"])
     summary = result.summary(baseline=baseline)
     rows = []
-    for c in contenders:
-        s = summary["contenders"][c.name]
+    for x in contenders:
+        s = summary["contenders"][x.name]
         rows.append(
             {
-                "name": c.name,
+                "name": x.name,
                 "samples_per_cpu_s": s["per_cpu_s"]["median"],
                 "samples_per_s": s["per_wall_s"]["median"],
                 "ratio_cpu": s["ratio_cpu"],
@@ -405,23 +340,21 @@ def bench_loader(
             }
         )
     vs_decode = {
-        "vlmdata": spread(result.ratios("vlmdata", "jpeg-decode")),
-        "vlmdata-exact": spread(result.ratios("vlmdata-exact", "jpeg-decode")),
-        "vlmdata-host-pillow": spread(result.ratios("vlmdata-host-pillow", "jpeg-decode")),
+        name: spread(result.ratios(name, "jpeg-decode")) for name in ("vlmdata", "vlmdata-exact", "vlmdata-host-pillow")
     }
     return {
         "benchmark": "loader",
-        "dataset": dataset,
-        "model": model,
-        "samples": n,
-        "dataset_samples": len(everything),
-        "micro_batch_size": mbs,
-        "seq_length": seq,
+        "dataset": c.dataset,
+        "model": c.model,
+        "samples": c.n,
+        "dataset_samples": len(c.everything),
+        "micro_batch_size": c.mbs,
+        "seq_length": c.seq,
         "cpu_count": os.cpu_count(),
-        "contenders": what,
+        "contenders": c.what,
         "baseline": baseline,
         "rows": rows,
         "vlmdata_vs_decode": vs_decode,
-        "notes": notes,
+        "notes": c.notes,
         "timing": summary,
     }

@@ -20,11 +20,11 @@ from vlmdata.dataset.reader import ShardIndex, ShardReader, scan_shard
 from vlmdata.dataset.schema import Sample
 from vlmdata.errors import OptionsError
 from vlmdata.loaders.collate import Collator
-from vlmdata.loaders.inputs import LoaderSourceError, open_source, resolve_shards, source_kinds
 from vlmdata.loaders.loader import LoaderStateError, VlmLoader
 from vlmdata.loaders.options import LoaderOptions
 from vlmdata.loaders.pipeline import Plan
 from vlmdata.loaders.process import PROCESSOR_MODES, SampleProcessor, without_images
+from vlmdata.loaders.reads import LoaderSourceError, open_loader_source, resolve_shards, source_kinds
 from vlmdata.loaders.stream import BatchStream
 from vlmdata.options_util import env_int
 from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, get_spec
@@ -77,7 +77,7 @@ def make_loader(source: Any, options: LoaderOptions | None = None, *, tokenizer=
         raise OptionsError(f"`options` must be a LoaderOptions, got {type(options).__name__}")
     o = (options or LoaderOptions()).replace(**changes)
     rank, world_size = _rank_world(o)
-    kind, payload = open_source(source, o.seed)
+    kind, payload = open_loader_source(source, o.seed)
     plan = _plan(kind, payload, o)
     try:
         chat = ChatTokenizer(tokenizer, o.model, chat_template=o.chat_template)
@@ -149,7 +149,7 @@ __all__ = [
     "ShardReader",
     "VlmLoader",
     "make_loader",
-    "open_source",
+    "open_loader_source",
     "process_samples",
     "resolve_shards",
     "source_kinds",

@@ -1,6 +1,6 @@
 """What a loader reads: a source -> shard paths, or an object with ``get(i) -> Sample``.
 
-``open_source`` takes a dataset folder, a glob or a ``.tar`` (local or URL; ``resolve_shards``, through
+``open_loader_source`` takes a dataset folder, a glob or a ``.tar`` (local or URL; ``resolve_shards``, through
 ``dataset.resolve.open_dataset``), a list of ``.tar`` paths, a synthetic profile ``.json``, a mock name (the mock
 registry, ``synthetic.mocks.MOCKS``) or any object with ``get(i)``; anything else is a ``LoaderSourceError``.
 """
@@ -46,7 +46,7 @@ def source_kinds() -> str:
     )
 
 
-def open_source(source, seed: int) -> tuple[str, Any]:
+def open_loader_source(source, seed: int) -> tuple[str, Any]:
     """(kind, payload): ("shards", paths) or ("source", object with .get(i) -> Sample); LoaderSourceError for
     anything else (``source_kinds()``)."""
     if hasattr(source, "get") and callable(source.get) and not isinstance(source, Mapping):

@@ -44,8 +44,8 @@ from vlmdata.profile.document import (
     write_profile,
 )
 from vlmdata.profile.images import decode_ms, decoder_name, image_row, measure_decode
-from vlmdata.profile.inputs import InputSample, open_input
 from vlmdata.profile.options import DEFAULT_CAP, DEFAULT_DECODE_IMAGES, MODELS, ProfileOptions
+from vlmdata.profile.reads import InputSample, open_input
 from vlmdata.profile.tokens import count_text_tokens, get_tokenizer, tokenizer_for_profile, tokenizer_record
 from vlmdata.qwen.spec import QwenSpec, get_spec
 

@@ -35,6 +35,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from vlmdata.errors import VlmdataError
 from vlmdata.qwen.spec import (
     CONTROL_TOKEN,
     IMAGE_PAD,
@@ -138,9 +139,9 @@ class TokenizedRow:
         return len(self.input_ids)
 
 
-class TokenizerArgumentError(ValueError):
+class TokenizerArgumentError(VlmdataError, ValueError):
     """``ChatTokenizer`` got a tokenizer or chat template it cannot use (the loader reports it as an
-    ``OptionsError``; qwen depends on nothing of vlmdata's)."""
+    ``OptionsError``); a ``VlmdataError`` like every user-facing error (qwen depends on ``vlmdata.errors`` only)."""
 
 
 class ChatTokenizer:

@@ -53,7 +53,7 @@ from vlmdata.audit.planning.plan import (
     make_plan,
 )
 from vlmdata.audit.settings.config import AuditConfig, default_real, default_workers
-from vlmdata.audit.sources.registry import MOCKS, SOURCES, AuditError, Input, real_shards
+from vlmdata.audit.sources.registry import MOCK_SOURCES, SOURCES, AuditError, Input, real_shards
 from vlmdata.audit.workload.model import part_params
 from vlmdata.audit.workload.user_step import UserWorkload
 from vlmdata.audit.workload.workloads import ReferenceWorkload, as_global_steps
@@ -65,7 +65,7 @@ __all__ = [  # the runner's names, importable from here as before the phases had
     "Census",
     "run_audit",
     "SOURCES",
-    "MOCKS",
+    "MOCK_SOURCES",
     "census",
     "default_real",
     "default_workers",
@@ -212,7 +212,7 @@ def _side_of(plan: AuditPlan, name: str) -> str:
     """Which configuration ``name`` runs: "benchmark" (a mock, ``real@benchmark``), "run" (real, synthetic,
     ``m@run``) or the link whose intermediate configuration it is (``m@+<link>``)."""
     if "@" not in name:
-        return "benchmark" if name in MOCKS else "run"
+        return "benchmark" if name in MOCK_SOURCES else "run"
     suffix = name.split("@", 1)[1]
     return suffix if suffix in ("run", "benchmark") else suffix.removeprefix("+")
 

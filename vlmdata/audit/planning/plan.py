@@ -21,7 +21,7 @@ from vlmdata.audit.planning.resolve import Resolved, resolve
 from vlmdata.audit.settings.benchmark import Benchmark, arms, is_counterfactual, resolve_benchmark
 from vlmdata.audit.settings.config import AuditConfig, default_workers
 from vlmdata.audit.settings.run_spec import RunSpec
-from vlmdata.audit.sources.registry import MOCKS, AuditError, Input, fit_seq_length
+from vlmdata.audit.sources.registry import MOCK_SOURCES, AuditError, Input, fit_seq_length
 from vlmdata.errors import OptionsError
 from vlmdata.loaders.api import make_loader
 from vlmdata.loaders.options import LoaderOptions
@@ -106,7 +106,7 @@ def make_plan(cfg: AuditConfig, dist=None) -> AuditPlan:
     workers = cfg.num_workers if cfg.num_workers is not None else default_workers(device, len(cfg.sources), world)
     res = fit_default_seq_length(cfg, resolve(cfg, world))
     bench = resolve_benchmark(cfg, res.run)
-    mocks = tuple(s for s in cfg.sources if s in MOCKS)
+    mocks = tuple(s for s in cfg.sources if s in MOCK_SOURCES)
     return AuditPlan(
         cfg=cfg,
         res=res,

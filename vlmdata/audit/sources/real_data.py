@@ -23,8 +23,8 @@ from vlmdata.dataset.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from vlmdata.dataset.resolve import open_dataset
 from vlmdata.errors import VlmdataError
 from vlmdata.loaders.api import make_loader
-from vlmdata.loaders.inputs import resolve_shards
 from vlmdata.loaders.options import LoaderOptions
+from vlmdata.loaders.reads import resolve_shards
 from vlmdata.sources import FORMATS, SourceError, detect_format
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vlmdata import storage
-from vlmdata.errors import VlmdataError
+from vlmdata.errors import AuditError, VlmdataError  # noqa: F401  # AuditError re-exported: its home is vlmdata.errors
 from vlmdata.registry import Registry, lazy_exports, load
 from vlmdata.synthetic.mocks import IMAGEFREE
 from vlmdata.synthetic.mocks import MOCKS as MOCK_GENERATORS
@@ -46,11 +46,6 @@ SOURCES = (IMAGEFREE, "bridge-noise", SYNTHETIC, REAL)  # the default set, in th
 SYNTHETIC_PROFILE_DEFINITION = (
     "sampled from a profile's joint distribution (vlmdata synth --profile), read from shards; not paired with real"
 )
-
-
-class AuditError(VlmdataError):
-    """The audit cannot run as asked (bad source, loader option, workload, sequence length): one line for
-    the user. Messages name library parameters (``seq_length``); the CLI maps them to its flags."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +89,7 @@ def _mock_sources():
 AUDIT_SOURCES: Registry[AuditSource] = Registry("source", "sources", AuditError, derived=_mock_sources)
 ALL_SOURCES = AUDIT_SOURCES  # every source's name (a live view of the registry)
 # the sources whose figure the verdict judges (a live view too)
-MOCKS: Registry[AuditSource] = Registry(
+MOCK_SOURCES: Registry[AuditSource] = Registry(
     "mock source", "sources", AuditError, derived=lambda: ((s.name, s) for s in AUDIT_SOURCES.entries() if s.mock)
 )
 
@@ -208,7 +203,7 @@ __all__ = [
     "AUDIT_SOURCES",
     "FIT_SAMPLES",
     "GENERATED_KINDS",
-    "MOCKS",
+    "MOCK_SOURCES",
     "PROFILE_DIR",
     "REAL",
     "SOURCES",
