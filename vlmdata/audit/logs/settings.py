@@ -97,7 +97,8 @@ def setting_differences(parsed: dict[str, dict], configs: dict[str, str | None] 
     values: dict[str, dict[str, tuple[str | None, str]]] = {}
     for side in ("mock", "real"):
         log = _from_log(parsed[side])
-        conf = _from_config(configs[side]) if configs.get(side) else {}
+        path = configs.get(side)
+        conf = _from_config(path) if path else {}
         values[side] = {k: (conf[k], "config") if conf.get(k) is not None else (log[k], "log") for k in SETTING_KEYS}
     out = []
     for key in SETTING_KEYS:

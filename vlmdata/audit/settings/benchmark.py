@@ -287,12 +287,15 @@ def _links(run: RunSpec, bench: RunSpec) -> tuple[tuple[Link, ...], list[str]]:
     """The chain C_0 = run ... C_n = bench (module docstring)."""
     links: list[Link] = []
     notes: list[str] = []
-    prev, pending_names, pending_keys = run, [], []
+    prev = run
+    pending_names: list[str] = []
+    pending_keys: list[str] = []
     for name, keys in LINK_GROUPS:
         changes = {k: getattr(bench, k) for k in keys if getattr(bench, k) != getattr(prev, k)}
         if not changes and not pending_names:
             continue
-        pending_names.append(name) if changes else None
+        if changes:
+            pending_names.append(name)
         pending_keys += list(changes)
         try:
             nxt = prev.replace(**{k: getattr(bench, k) for k in pending_keys})
