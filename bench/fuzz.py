@@ -1989,7 +1989,7 @@ def _straddle_dataset(root: str) -> dict:
     batch ever carries fewer image-pad tokens than image features."""
     import numpy as np
 
-    from vlmdata.audit.model import IMAGE_TOKEN_ID
+    from vlmdata.audit.workload.model import IMAGE_TOKEN_ID
     from vlmdata.loaders.api import make_loader
 
     kw = dict(tokenizer=_tokenizer(), micro_batch_size=2, min_pixels=64 * 64, max_pixels=128 * 128, shuffle=False)
@@ -2372,8 +2372,11 @@ def corpus() -> list[Case]:
         + _console_cases()
         + _api_cases()
     )
+    import fuzz_round4  # bench/ is on sys.path (this script's folder); its cases use this module's Case and Step
+
+    cases += fuzz_round4.cases(sys.modules[__name__])
     for c in cases:
-        c.quick = c.name in QUICK
+        c.quick = c.name in QUICK or c.name in fuzz_round4.QUICK
     return cases
 
 
