@@ -247,6 +247,14 @@ def _loader_options(value: Any) -> LoaderOptions:
             why = f"give {home} instead" if home else "the audit reads every source endlessly, wrapping across epochs"
             raise AuditConfigError(f"`loader_options`: {name} is set by the audit for every source; {why}")
     changes = {k: v for k, v in opts.to_dict().items() if v != getattr(_LOADER_DEFAULTS, k)}
+    if not isinstance(value, LoaderOptions):  # a key the user named is theirs, even at its default value
+        for name, home in AUDIT_LOADER_FIELDS.items():
+            if name in value:
+                why = (
+                    f"give {home} instead" if home else "the audit reads every source endlessly, wrapping across epochs"
+                )
+                raise AuditConfigError(f"`loader_options`: {name} is set by the audit for every source; {why}")
+        changes = {**dict(value), **changes}
     try:
         check_loader_options(changes)
     except AuditError as e:
