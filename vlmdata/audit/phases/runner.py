@@ -52,6 +52,7 @@ from vlmdata.audit.planning.plan import (
     loader_options,
     make_plan,
 )
+from vlmdata.audit.settings.benchmark import side_of
 from vlmdata.audit.settings.config import AuditConfig, default_real, default_workers
 from vlmdata.audit.sources.registry import MOCK_SOURCES, SOURCES, AuditError, Input, real_shards
 from vlmdata.audit.workload.model import part_params
@@ -198,7 +199,7 @@ def benchmark_block(run: AuditRun) -> dict:
     return {
         **bench.describe(),
         "arms": {
-            n: {"data": plan.base(n), "micro_batches": plan.micro_of(n), "config": _side_of(plan, n)}
+            n: {"data": plan.base(n), "micro_batches": plan.micro_of(n), "config": side_of(n, MOCK_SOURCES)}
             for n in plan.names
         },
         "layers": shape.layers,
@@ -206,15 +207,6 @@ def benchmark_block(run: AuditRun) -> dict:
         "expert_imbalance": plan.cfg.expert_imbalance,
         "part_params": part_params(shape),
     }
-
-
-def _side_of(plan: AuditPlan, name: str) -> str:
-    """Which configuration ``name`` runs: "benchmark" (a mock, ``real@benchmark``), "run" (real, synthetic,
-    ``m@run``) or the link whose intermediate configuration it is (``m@+<link>``)."""
-    if "@" not in name:
-        return "benchmark" if name in MOCK_SOURCES else "run"
-    suffix = name.split("@", 1)[1]
-    return suffix if suffix in ("run", "benchmark") else suffix.removeprefix("+")
 
 
 def check_switchable(plan: AuditPlan, work) -> None:

@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 from vlmdata.audit.settings.bridge_config import BridgeRun, read_bridge_config
 from vlmdata.audit.settings.run_spec import RECOMPUTE, SEQ_POLICIES, RunSpec, RunSpecError
-from vlmdata.audit.sources.registry import REAL, SYNTHETIC, AuditError
+from vlmdata.audit.sources.registry import REAL, AuditError
 
 __all__ = [
     "BENCHMARK_KEYS",
@@ -48,6 +48,8 @@ __all__ = [
     "arms",
     "RUN_ARM",
     "REAL_ARM",
+    "side_of",
+    "is_counterfactual",
 ]
 
 RUN_ARM = "run"  # suffix of a mock measured under the run's configuration: "imagefree@run"
@@ -371,15 +373,15 @@ def arms(sources: tuple[str, ...], mocks: tuple[str, ...], bench: Benchmark | No
     return out
 
 
-def arm_base(name: str) -> str:
-    """The source an arm's data comes from ("imagefree@run" -> "imagefree")."""
-    return name.split("@", 1)[0]
+def side_of(name: str, mocks) -> str:
+    """Which configuration a measured name runs: "benchmark" (a mock, ``real@benchmark``), "run" (real, synthetic,
+    ``m@run``) or the link whose intermediate configuration it is (``m@+<link>``)."""
+    if not is_counterfactual(name):
+        return "benchmark" if name in mocks else "run"
+    suffix = name.split("@", 1)[1]
+    return suffix if suffix in (RUN_ARM, "benchmark") else suffix.removeprefix("+")
 
 
 def is_counterfactual(name: str) -> bool:
+    """A counterfactual arm ("imagefree@run", "real@benchmark"), not a source of ``sources``."""
     return "@" in name
-
-
-def measured_sources(sources: tuple[str, ...]) -> tuple[str, ...]:
-    """Real and synthetic first-class sources (never counterfactual)."""
-    return tuple(s for s in sources if s in (REAL, SYNTHETIC))

@@ -237,8 +237,8 @@ def read_bridge_config(path: str) -> BridgeRun:
     run["manual_gc_interval"] = take("manual_gc_interval", ("train.manual_gc_interval",), "int0")
     run["model_target"] = take("model_target", ("model._target_",), "str")
     run["dataset_target"] = take("dataset_target", ("dataset._target_",), "str")
-    run["model_fields"] = _model_fields(doc, sources)
-    run["execution"] = _execution(doc, sources)
+    run["model_fields"] = _model_table(doc, sources, MODEL_FIELDS, "model_fields")
+    run["execution"] = _model_table(doc, sources, EXECUTION_FIELDS, "execution")
     return BridgeRun(path=path, sources=sources, **run)
 
 
@@ -329,22 +329,13 @@ def _any_on(flags: dict[str, bool | None], name: str, sources: dict[str, str]) -
     return True if on else (False if stated else None)
 
 
-def _execution(doc: ConfigDoc, sources: dict[str, str]) -> dict:
-    """The execution policy a benchmark may differ in besides its data (``EXECUTION_FIELDS``), those present."""
+def _model_table(doc: ConfigDoc, sources: dict[str, str], table: dict[str, str], prefix: str) -> dict:
+    """The keys of ``table`` (path under ``model`` -> kind) the file has, each recorded in ``sources`` as
+    ``<prefix>.<key>``: the model's shape (``MODEL_FIELDS``) and the execution policy (``EXECUTION_FIELDS``)."""
     found = {}
-    for key, kind in EXECUTION_FIELDS.items():
+    for key, kind in table.items():
         value, where = doc.first(_model_paths(key), kind)
         if where is not None:
             found[key] = value
-            sources[f"execution.{key}"] = where
+            sources[f"{prefix}.{key}"] = where
     return found
-
-
-def _model_fields(doc: ConfigDoc, sources: dict[str, str]) -> dict:
-    fields = {}
-    for key, kind in MODEL_FIELDS.items():
-        value, where = doc.first(_model_paths(key), kind)
-        if where is not None:
-            fields[key] = value
-            sources[f"model_fields.{key}"] = where
-    return fields

@@ -189,7 +189,7 @@ class ReferenceWorkload:
         self._recompute_state = {"mode": "none"}
         self.recomputed = apply_recompute(self.model, recompute, self._recompute_state)
         self._config: tuple | None = None  # the configuration ``configure`` set (None: never switched)
-        self.summary = model_summary(self.model)
+        self._summary: dict | None = None  # model_summary of the current configuration, made when asked for
         self.config, self.logits = self.model.config, logits
         self.per_image_kernels = attention == "sdpa"  # per-image SDPA calls: cuDNN plans per image size
         self.options = {
@@ -239,7 +239,14 @@ class ReferenceWorkload:
                 p.requires_grad_(False)
         self._recompute_state["mode"] = spec.recompute
         self._config = key
-        self.summary = model_summary(self.model)
+        self._summary = None  # trainable counts changed: recounted when described (not per switch between steps)
+
+    @property
+    def summary(self) -> dict:
+        """``model_summary`` of the model in its current configuration."""
+        if self._summary is None:
+            self._summary = model_summary(self.model)
+        return self._summary
 
     def trains(self) -> dict[str, bool]:
         """Which parts have trainable parameters now: ``language``, ``vision`` and ``projection`` weights, and the
