@@ -14,11 +14,11 @@
 #   235b      Qwen3-VL-235B-A22B  bridge_qwen3_vl_235b_a22b_sft.yaml   hf_qwen3_vl_235b_a22b.json (a slice)
 # Default cells: q25-7b q25-3b q3-4b q3-8b a3b 235b (forward order). Each is the default 3-source audit
 #   vlmdata audit --device cuda --bridge-config YAML --model-config JSON --sources imagefree,bridge-noise,real
-# with the default --compile (all on CUDA) and a short plan: --max-steps ${FAM_STEPS:-5} (the fewest steps an
-# interval takes) and --budget-s ${FAM_BUDGET:-150} (since issue 33 the budget bounds the whole command, build and
-# compile included), killed at ${FAM_TIMEOUT:-180} s (the issue's goal: a verdict within 3 minutes; a killed cell
-# reads "no verdict"). Device time: a cell is about 1.5-3 minutes (start, census, the compile warm-up, measuring),
-# so a call of at most 10 minutes takes three cells:
+# with the default plan (--compile all on CUDA, --budget-s 150 for the whole command, --max-steps 24), killed at
+# ${FAM_TIMEOUT:-200} s (the issue's goal: a verdict within 3 minutes of wall time; a killed cell reads "no
+# verdict"). FAM_STEPS / FAM_BUDGET give a shorter plan (--max-steps / --budget-s; the first matrix used 5 and 150
+# when the default budget was 300 s). Device time: a cell is at most about 3 minutes, so a call of at most 10
+# minutes takes three cells:
 #   bash bench/gpu_families.sh $OUT q25-7b q25-3b q3-4b      then      bash bench/gpu_families.sh $OUT q3-8b a3b 235b
 # Back in OUTDIR (four files whatever the number of cells, within the device's 8-file limit): summary.txt (one
 # line per cell: exit code, seconds, the verdict line, compile seconds, graphs per part, fallbacks), matrix.md
@@ -56,9 +56,10 @@ for cell in "${CELLS[@]}"; do
   read -r yaml json <<< "$(recipe "$name")"
   if [ -z "${yaml:-}" ]; then echo "$cell: unknown cell" | tee -a "$OUTDIR/summary.txt"; continue; fi
   rm -rf "${W:?}/$cell"; t0=$SECONDS
-  timeout "${FAM_TIMEOUT:-180}" python3 -m vlmdata audit --device cuda --num-workers 3 --threads 8 \
+  timeout "${FAM_TIMEOUT:-200}" python3 -m vlmdata audit --device cuda --num-workers 3 --threads 8 \
     --bridge-config "$yaml" --model-config "$json" --sources "$src" \
-    --max-steps "${FAM_STEPS:-5}" --budget-s "${FAM_BUDGET:-150}" ${FAM_EXTRA:-} -o "$W/$cell" > "$W/$cell.log" 2>&1
+    ${FAM_STEPS:+--max-steps $FAM_STEPS} ${FAM_BUDGET:+--budget-s $FAM_BUDGET} ${FAM_EXTRA:-} -o "$W/$cell" \
+    > "$W/$cell.log" 2>&1
   rc=$?; dt=$((SECONDS - t0))
   line=$(grep -E "^(MISLEADING|OK|UNDECIDED)" "$W/$cell.log" | head -1 | cut -c1-240)
   stats=$(python3 - "$W/$cell/report.json" <<'EOF' 2>/dev/null
