@@ -1,11 +1,14 @@
 """The help texts of ``vlmdata audit`` and ``vlmdata audit compare`` (description, exit codes, every flag's
-help): presentation only, every default quoted read from the library (``AuditConfig``, ``DEVICE_DEFAULTS``)."""
+help): presentation only, every default quoted read from the library (``AuditConfig``, ``DEVICE_DEFAULTS``). A
+setting's flag and help text live in ``vlmdata.audit.settings.fields`` (rendered here into ``HELP``, keyed by the
+flag's dest); ``COMMAND_HELP`` holds the command's own flags, which set no setting."""
 
 from __future__ import annotations
 
 from vlmdata.audit.analysis.verdict import DEFAULT_THRESHOLD
 from vlmdata.audit.settings.config import AuditConfig
 from vlmdata.audit.settings.defaults import DEVICE_DEFAULTS
+from vlmdata.audit.settings.fields import SETTINGS, help_text
 
 CPU, GPU, A = DEVICE_DEFAULTS["cpu"], DEVICE_DEFAULTS["cuda"], AuditConfig  # the defaults the help quotes
 EXIT_HELP = """exit codes:
@@ -50,47 +53,17 @@ top of the log. Drop warm-up iterations and give the audit's verdict on TFLOP/s/
 tokens/s when seq_length is known), per iteration. Refuses (exit 2) logs whose global batch size,
 seq_length, GPU count or model differ, unless --allow-mismatch. Short runs (a 10-iteration quick run)
 work, but with fewer than five logged intervals after warm-up there is no confidence interval: UNDECIDED."""
-HELP = {  # the audit's flags (dest -> help); every default quoted comes from the library
-    "real": "real dataset: a vlmdata shard folder, a glob or a .tar (default: the embedded sample data)",
-    "profile": "sample the synthetic source from this profile.json (not paired) instead of twinning the real samples",
-    "sources": f"comma-separated sources (default {','.join(A.sources)}; also: {{other}}); real is required",
-    "preset": f"reference model size (default {CPU['preset']} on CPU, {GPU['preset']} on CUDA)",
-    "model_config": "take the model's shape from a Hugging Face Qwen3-VL / Qwen3-VL-MoE / Qwen2.5-VL config.json (or the checkpoint folder holding it); random weights, nothing downloaded",
-    "bridge_config": "take the run's settings from a Megatron Bridge ConfigContainer YAML (micro and global batch, seq_length, TP/PP/EP/CP, freezing, recompute, packing); flags override it",
-    "slice_layers": "measure K decoder layers (at the true width, experts/EP per layer) and compose the step (default: the whole model if it fits the GPU, else its DeepStack layers + 2 plain ones)",
-    "global_batch_size": f"samples per optimizer step over all data-parallel ranks (default {CPU['micro_batches']} micro-batches per step on CPU, {GPU['micro_batches']} on CUDA)",
-    "seq_policy": "padding: bridge (default: Bridge's rule for --tp/--pp/--ep: seq_length when PP>1 or EP>1, else a multiple of 128 then of lcm(TP,16)), pad128, max (seq_length), pack (in-batch packing)",
-    "recompute": "activation recompute of the run (default none)",
-    "manual_gc": "Python's garbage collector as Bridge's train.manual_gc: off during the timed steps, a collection between them (default: on, as Bridge's recipes); --no-manual-gc leaves the automatic collector running inside the steps",
-    "manual_gc_interval": "Bridge's train.manual_gc_interval: steps between Bridge's collections, for the amortised cost the report states (default 100, the recipes'; 0: none)",
-    "compile": f"run the reference model's blocks through torch.compile (inductor): none, vision (the vision tower's blocks), decoder (the decoder layers) or all, as Transformer Engine's fused kernels in Bridge; compiled during the warm-up (default {CPU['compile']} on CPU, {GPU['compile']} on CUDA)",
-    "attention": f"reference model attention: varlen (packed variable-length flash kernels) or sdpa (transformers' per-image path); default {A.attention}",
-    "benchmark_config": "the benchmark's own Bridge config YAML (e.g. a pretrain-mock recipe's), when it is not run as the training run: mocks are measured under it, real under --bridge-config, and the gap is attributed factor by factor",
-    "benchmark_set": "a benchmark setting that differs from the run's (wins over --benchmark-config); repeatable. Keys: micro_batch_size, global_batch_size, seq_length, seq_policy, tp, pp, ep, cp, etp, dp, freeze_language_model, freeze_vision_model, freeze_vision_projection, recompute, force_balance, vp, cuda_graphs",
-    "expert_imbalance": f"natural routing's busiest expert-parallel rank over the mean, for the composed layout (default {A.expert_imbalance}; forced balance: 1)",
-    "repeat_margin": f"run-to-run spread a mock's interval is widened by before the verdict (default {A.repeat_margin:g})",
-    "link_gbps": f"per-GPU all-to-all bandwidth in GB/s for the modelled expert-parallel term (default {A.link_gbps:g})",
-    "seq_length": f"the run's seq_length (default {CPU['seq_length']} CPU / {GPU['seq_length']} CUDA)",
-    "micro_batch_size": f"samples per micro-batch and rank (default {CPU['micro_batch_size']})",
+COMMAND_HELP = {  # the command's own flags (dest -> help); the settings' flags are the table's (settings.fields)
     "steps": "measure exactly this many global steps per source (sets --min-steps and --max-steps; the sources still alternate in rounds of --block steps)",
-    "min_steps": "steps per source before stopping may be considered (default: one epoch of the real data, at most --max-steps)",
-    "max_steps": f"global steps per source at most (default {CPU['max_steps']} CPU / {GPU['max_steps']} CUDA)",
-    "budget_s": f"the whole command's wall time: the model build, census and warm-up count, and a round is measured only when it can end before the budget does (at least one round; the plan says what runs before measuring and how long it is expected to take) (default {CPU['budget_s']:.0f} CPU / {GPU['budget_s']:.0f} CUDA)",
-    "block": f"consecutive global steps of one source per round (default {CPU['block']} / {GPU['block']})",
-    "precision": f"stop when every gap's 95%% interval is within this fraction of its ratio and decides the verdict (default {A.precision})",
-    "warmup": f"extra untimed training steps per source after its loader starts (default {CPU['warmup']} CPU / {GPU['warmup']} CUDA; every shape is warmed anyway)",
-    "num_workers": "loader DataLoader workers per source and rank (default 0 on CPU; on CUDA the rank's CPUs minus 2, split over the sources, 1-4)",
-    "loader_arg": "extra make_loader keyword (int/float/bool/str), repeatable",
-    "threshold": f"MISLEADING when mock/real exceeds 1 + this (default {A.threshold}; '10%%' works)",
-    "device": f"cpu, cuda or cuda:N (default {A.device})",
-    "logits": "lm_head over all tokens (Bridge; default on CUDA) or loss tokens only (default on CPU)",
-    "step": "user workload: a callable taking a batch and running one training step",
-    "seed": f"seed of the model, loaders, synthetic data and bootstrap (default {A.seed})",
     "out": "write report.json, report.md and report.html (and the synthetic twin) here",
     "sweep": "run every configuration of a grid on every source and report which tuning decisions each mock gets wrong; repeatable (the grid is the product). Keys: micro_batch_size, freeze_vision (0/1), recompute (none/selective/full), parallel (ddp/fsdp, under torchrun); any key for --step (passed as keyword arguments)",
-    "gpus": "the run's GPU count (Bridge's world size): DP = GPUs / (TP x PP x CP), as Bridge derives it; a saved Bridge config does not record it (default: --dp, else the config's comm_overlap.data_parallel_size, else assumed: the smallest DP the layout allows, said in the notes)",
     "plan": "print the plan and stop, in seconds and without building a model: every setting and where it came from (both sides with a benchmark), the arms to measure, the notes, the model and the measured slice with parameter counts and estimated peak memory against this device, the expected steps and times, what --budget-s bounds and the stop rule (exit 2 when it would not fit)",
     "memory_limit_gb": "with --sweep: configurations whose measured peak memory exceeds this do not fit: GB or a card (h100 80, h200 141, b200 192); the report holds every configuration against all three cards",
+}
+_QUOTED = {"cpu": CPU, "gpu": GPU, "a": A, "sources": ",".join(A.sources)}  # the defaults the table's texts quote
+HELP = {  # every flag's help (dest -> help): the settings' from settings.fields, rendered; then the command's own
+    **{s.dest: help_text(s, **_QUOTED) for s in SETTINGS if s.dest is not None},
+    **COMMAND_HELP,
 }
 COMPARE_HELP = {
     "warmup": "iterations to exclude (default: the first logged interval and the first 10%%, relaxed for short runs)",

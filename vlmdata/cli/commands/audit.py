@@ -1,5 +1,5 @@
 """vlmdata audit [compare --mock LOG --real LOG]: the arguments, the ``AuditConfig`` they make (only what was
-given: the library fills in every default), one library call (``audit.session.run_session``, or
+given: the library fills in every default; a setting's flag and help come from ``audit.settings.fields``), one library call (``audit.session.run_session``, or
 ``audit.logs.compare_logs``), the report printed (``cli.report_view``)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from vlmdata.audit.analysis.verdict import DEFAULT_THRESHOLD
 from vlmdata.audit.logs import compare_logs
 from vlmdata.audit.report import write_report
 from vlmdata.audit.settings.config import LOGITS, AuditConfig
+from vlmdata.audit.settings.fields import FIELDS, SETTINGS
 from vlmdata.audit.settings.guard import check_report_dir
 from vlmdata.audit.settings.model_config import ATTENTION, COMPILE_PARTS, PRESETS
 from vlmdata.audit.settings.run_spec import PARALLEL_FIELDS, RECOMPUTE, SEQ_POLICIES
@@ -21,66 +22,65 @@ from vlmdata.cli.audit_help import COMPARE_DESCRIPTION, COMPARE_EXIT_HELP, COMPA
 from vlmdata.cli.console import EXIT_OK, EXIT_USAGE, UserError, err, phases, print_json, progress
 from vlmdata.cli.report_view import exit_code, show_plan, show_report
 
-GIVEN = (  # AuditConfig fields whose flag carries the value as it is (None: not given)
-    *("real", "profile", "device", "seed", "step", "preset", "model_config", "bridge_config", "slice_layers"),
-    *("attention", "compile", "logits", "seq_length", "micro_batch_size", "global_batch_size", *PARALLEL_FIELDS),
-    *("freeze_language_model", "freeze_vision_model", "freeze_vision_projection", "recompute", "link_gbps", "gpus"),
-    *("manual_gc", "manual_gc_interval", "benchmark_config", "expert_imbalance", "repeat_margin"),
-    *("num_workers", "warmup", "budget_s", "precision", "threshold"),
+_SHAPED = ("sources", "seq_policy", "min_steps", "max_steps", "block")  # settings config_from shapes itself
+GIVEN = tuple(  # AuditConfig fields whose flag carries the value as it is (None: not given): settings.fields
+    s.name for s in SETTINGS if s.config and s.dest == s.name and s.name not in _SHAPED
 )
+
+
+def _add(p, name: str, **kw) -> None:
+    """The flag of setting ``name`` with its help (both from ``settings.fields``)."""
+    s = FIELDS[name]
+    p.add_argument(s.flag, help=HELP[s.dest], **kw)
 
 
 def _run_arguments(p) -> None:
     """The model and the user's run."""
     other = ", ".join(s for s in ALL_SOURCES if s not in SOURCES)  # the registry as it is now
     for name in ("real", "profile", "sources"):
-        p.add_argument(f"--{name}", help=HELP[name].replace("{other}", other))
-    p.add_argument("--preset", choices=tuple(PRESETS), help=HELP["preset"])
-    p.add_argument("--model-config", metavar="CONFIG_JSON", help=HELP["model_config"])
-    p.add_argument("--bridge-config", metavar="YAML", help=HELP["bridge_config"])
-    p.add_argument("--slice-layers", type=positive_int, metavar="K", help=HELP["slice_layers"])
-    p.add_argument("--global-batch-size", type=positive_int, help=HELP["global_batch_size"])
-    p.add_argument("--seq-policy", choices=SEQ_POLICIES, help=HELP["seq_policy"])
-    for name, what in zip(PARALLEL_FIELDS, ("tensor", "pipeline", "expert", "context", "expert tensor", "data")):
-        extra = {"dp": ", or the smallest the others allow", "etp": ", or the tensor-parallel size"}.get(name, "")
-        p.add_argument(
-            f"--{name}", type=positive_int, help=f"the run's {what}-parallel size (describes the run; default 1{extra})"
-        )
-    p.add_argument("--gpus", type=positive_int, metavar="N", help=HELP["gpus"])
-    for flag in ("--freeze-language-model", "--freeze-vision-model", "--freeze-vision-projection"):
-        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help="as Bridge's model field")
-    p.add_argument("--recompute", choices=RECOMPUTE, help=HELP["recompute"])
-    p.add_argument("--manual-gc", action=argparse.BooleanOptionalAction, default=None, help=HELP["manual_gc"])
-    p.add_argument("--manual-gc-interval", type=non_negative_int, metavar="N", help=HELP["manual_gc_interval"])
-    p.add_argument("--attention", choices=ATTENTION, help=HELP["attention"])
-    p.add_argument("--compile", choices=COMPILE_PARTS, help=HELP["compile"])
-    p.add_argument("--link-gbps", type=float, help=HELP["link_gbps"])
-    p.add_argument("--benchmark-config", metavar="YAML", help=HELP["benchmark_config"])
+        p.add_argument(FIELDS[name].flag, help=HELP[name].replace("{other}", other))
+    _add(p, "preset", choices=tuple(PRESETS))
+    _add(p, "model_config", metavar="CONFIG_JSON")
+    _add(p, "bridge_config", metavar="YAML")
+    _add(p, "slice_layers", type=positive_int, metavar="K")
+    _add(p, "global_batch_size", type=positive_int)
+    _add(p, "seq_policy", choices=SEQ_POLICIES)
+    for name in PARALLEL_FIELDS:
+        _add(p, name, type=positive_int)
+    _add(p, "gpus", type=positive_int, metavar="N")
+    for name in ("freeze_language_model", "freeze_vision_model", "freeze_vision_projection"):
+        _add(p, name, action=argparse.BooleanOptionalAction, default=None)
+    _add(p, "recompute", choices=RECOMPUTE)
+    _add(p, "manual_gc", action=argparse.BooleanOptionalAction, default=None)
+    _add(p, "manual_gc_interval", type=non_negative_int, metavar="N")
+    _add(p, "attention", choices=ATTENTION)
+    _add(p, "compile", choices=COMPILE_PARTS)
+    _add(p, "link_gbps", type=float)
+    _add(p, "benchmark_config", metavar="YAML")
     kv = {"action": "append", "default": [], "type": key_value, "metavar": "KEY=VALUE"}
-    p.add_argument("--benchmark-set", dest="benchmark_set", help=HELP["benchmark_set"], **kv)
-    p.add_argument("--expert-imbalance", type=float, metavar="B", help=HELP["expert_imbalance"])
-    p.add_argument("--repeat-margin", type=fraction, help=HELP["repeat_margin"])
-    p.add_argument("--seq-length", type=positive_int, help=HELP["seq_length"])
-    p.add_argument("--micro-batch-size", type=positive_int, help=HELP["micro_batch_size"])
+    _add(p, "benchmark", **kv)
+    _add(p, "expert_imbalance", type=float, metavar="B")
+    _add(p, "repeat_margin", type=fraction)
+    _add(p, "seq_length", type=positive_int)
+    _add(p, "micro_batch_size", type=positive_int)
     p.add_argument("--pad-to-max-length", action="store_true", help="the same as --seq-policy max")
 
 
 def _measure_arguments(p) -> None:
     """How it is measured, on which device, and where the report goes."""
-    for name in ("steps", "min_steps", "max_steps", "block"):
-        p.add_argument(f"--{name.replace('_', '-')}", type=positive_int, help=HELP[name])
-    p.add_argument("--budget-s", type=positive_seconds, help=HELP["budget_s"])
-    p.add_argument("--precision", type=fraction, help=HELP["precision"])
-    p.add_argument("--warmup", type=non_negative_int, help=HELP["warmup"])
-    p.add_argument("--num-workers", type=non_negative_int, help=HELP["num_workers"])
-    p.add_argument(
-        "--loader-arg", action="append", default=[], type=key_value, metavar="KEY=VALUE", help=HELP["loader_arg"]
-    )
-    p.add_argument("--threshold", type=fraction, help=HELP["threshold"])
-    p.add_argument("--device", help=HELP["device"])
-    p.add_argument("--logits", choices=LOGITS, help=HELP["logits"])
-    p.add_argument("--step", metavar="MODULE:FUNCTION", help=HELP["step"])
-    p.add_argument("--seed", type=int, help=HELP["seed"])
+    p.add_argument("--steps", type=positive_int, help=HELP["steps"])
+    for name in ("min_steps", "max_steps", "block"):
+        _add(p, name, type=positive_int)
+    _add(p, "budget_s", type=positive_seconds)
+    _add(p, "precision", type=fraction)
+    _add(p, "warmup", type=non_negative_int)
+    _add(p, "num_workers", type=non_negative_int)
+    _add(p, "loader_options", action="append", default=[], type=key_value, metavar="KEY=VALUE")
+    _add(p, "threshold", type=fraction)
+    _add(p, "device")
+    _add(p, "logits", choices=LOGITS)
+    _add(p, "step", metavar="MODULE:FUNCTION")
+    _add(p, "seed", type=int)
     p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's)")
     p.add_argument("-o", "--out", help=HELP["out"])
     p.add_argument("--json", action="store_true", help="print the report (without per-step records) as JSON")
