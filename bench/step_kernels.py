@@ -15,7 +15,7 @@ plans, allocator), each one pass over the ``--micro`` batches:
 - ``varlen-gbs-rms``: the same with torch's fused RMSNorm (``kernels.fuse_rms_norm``);
 - ``perimage-gbs-rms``: per-image SDPA split by host-known lengths (no sync; cuDNN), fused RMSNorm;
 - ``varlen-gbs-rms-cv`` / ``-cd`` / ``-ca``: ``varlen-gbs-rms`` with the vision blocks, the decoder layers or
-  both run through ``torch.compile`` (``kernels.compile_blocks``; compiled during the warm-up pass, whose
+  both run through ``torch.compile`` (``compiled.compile_blocks``; compiled during the warm-up pass, whose
   time is printed);
 - ``perimage-gbs-rms-ca``: both compiled, the vision attention one SDPA call per image (cuDNN on Hopper),
   outside the compiled graph.
@@ -43,7 +43,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from vlmdata import sample_data_path  # noqa: E402
 from vlmdata.audit.report.run_tables import summary_stage_tflops  # noqa: E402
-from vlmdata.audit.workload import kernels  # noqa: E402
+from vlmdata.audit.workload import compiled, kernels  # noqa: E402
 from vlmdata.audit.workload.flops import step_flops  # noqa: E402
 from vlmdata.audit.workload.model import IMAGE_TOKEN_ID, build_model  # noqa: E402
 from vlmdata.audit.workload.step import STAGES, TrainStep, mrope_position_ids  # noqa: E402
@@ -81,7 +81,7 @@ def set_attention(model, name: str) -> None:
     else:
         kernels.use_sdpa(model.config)
     kernels.set_fused_norm("-rms" in name)
-    kernels.set_compiled({"-cv": "vision", "-cd": "decoder", "-ca": "all"}.get(name[-3:], "none"))
+    compiled.set_compiled({"-cv": "vision", "-cd": "decoder", "-ca": "all"}.get(name[-3:], "none"))
 
 
 def run_pass(step: TrainStep, model, name: str, batches: list[dict]) -> list[dict]:
@@ -243,12 +243,12 @@ def compiled_correctness(dev) -> dict:
     ref, gref = run(ref_model)
     del ref_model
     model = build_model("small", dev, seed=0)
-    kernels.set_compiled("none")
+    compiled.set_compiled("none")
     plain, gplain = run(model)
-    kernels.compile_blocks(model, "all")
-    kernels.set_compiled("all")
+    compiled.compile_blocks(model, "all")
+    compiled.set_compiled("all")
     comp, gcomp = run(model)
-    kernels.set_compiled("none")
+    compiled.set_compiled("none")
     ep = [rel(a, b) for a, b in zip(gplain, gref)]
     ec = [rel(a, b) for a, b in zip(gcomp, gref)]
     return {
@@ -293,7 +293,7 @@ def main() -> None:
     flops["flops"] = flops["total_flops"]
     names = ["today", "sdpa-gbs", "varlen-gbs", "varlen-gbs-rms", "perimage-gbs-rms"]
     if args.compile:
-        print("compiled blocks:", kernels.compile_blocks(model, "all"))
+        print("compiled blocks:", compiled.compile_blocks(model, "all"))
         names += [
             "varlen-gbs-rms-cv",
             "varlen-gbs-rms-cd",

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vlmdata.audit.workload import kernels
+from vlmdata.audit.workload import compiled, kernels
 from vlmdata.audit.workload.model import IMAGE_TOKEN_ID, build_model
 from vlmdata.audit.workload.step import STAGES, MasterAdamW, TrainStep, mrope_position_ids
 
@@ -136,10 +136,10 @@ def test_compiled_blocks_compute_what_the_plain_blocks_compute():
 
     ref, ref_grads = run()
     n_blocks = len(model.model.visual.blocks) + len(model.model.language_model.layers)
-    assert kernels.compile_blocks(model, "none") == 0
-    assert kernels.compile_blocks(model, "all") == n_blocks
+    assert compiled.compile_blocks(model, "none") == 0
+    assert compiled.compile_blocks(model, "all") == n_blocks
     before = kernels.compile_counters()["unique_graphs"]
-    kernels.set_compiled("all")
+    compiled.set_compiled("all")
     out, grads = run()
     assert kernels.compile_counters()["unique_graphs"] > before  # it did compile
     assert torch.allclose(out, ref, rtol=1e-4, atol=1e-5)
@@ -154,9 +154,9 @@ def test_compiled_blocks_compute_what_the_plain_blocks_compute():
     assert torch.allclose(out, ref, rtol=1e-4, atol=1e-5)
     for g, r in zip(grads, ref_grads):
         assert float((g - r).norm()) <= 1e-4 * float(r.norm()) + 1e-6
-    kernels.set_compiled("none")
+    compiled.set_compiled("none")
     plain, _ = run()
     assert torch.equal(plain, ref)  # switched off: the plain forward, bit for bit
-    kernels.set_compiled("all")
+    compiled.set_compiled("all")
     with pytest.raises(ValueError, match="compile parts"):
-        kernels.compile_blocks(model, "everything")
+        compiled.compile_blocks(model, "everything")

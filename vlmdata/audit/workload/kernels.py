@@ -22,7 +22,7 @@ accepts them precomputed as ``image_*`` keyword arguments: ``cu_seqlens``, ``max
 step copies them to the device with the batch.
 
 The blocks through ``torch.compile`` live in ``vlmdata.audit.workload.compiled`` (``compile_blocks``, ``set_compiled``,
-the recompile budget; re-exported here); ``compile_counters()`` are dynamo's graph counts (the audit counts
+the recompile budget; not re-exported here: that made an import cycle); ``compile_counters()`` are dynamo's graph counts (the audit counts
 graphs built inside timed steps). Inside a compiled block the segment lengths stay symbolic: ``max_len`` is
 passed on as given (no ``int()``, which would make each value a new graph), and where no variable-length
 kernel runs (CPU, fp32) the per-segment fallback is one opaque operator (``vlmdata::segment_attention``, as
@@ -420,12 +420,3 @@ def vision_kwargs(visual, grid: torch.Tensor) -> dict[str, Any]:
         out.update(image_interp_indices=idx, image_interp_weights=w)
     return out
 
-
-def __getattr__(name: str):
-    """``compile_blocks``, ``set_compiled`` and the budget live in ``vlmdata.audit.workload.compiled`` (which reads this
-    module's packed context); re-exported lazily here, where callers found them before."""
-    if name in ("compile_blocks", "set_compiled", "set_budget", "compile_stats"):
-        from vlmdata.audit.workload import compiled  # function-level: compiled imports this module (a cycle at the top)
-
-        return getattr(compiled, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

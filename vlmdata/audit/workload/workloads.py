@@ -24,7 +24,7 @@ The reference workload takes the tuning decisions a sweep varies (``WORKLOAD_OPT
 checkpointing of every attention and MoE block, decoder and vision; "full": of every whole layer and vision
 block), ``attention`` ("varlen": ``vlmdata.audit.workload.kernels``; "sdpa": transformers' per-image path), ``compile``
 ("none", "vision", "decoder", "all": those blocks' forwards through ``torch.compile``,
-``kernels.compile_blocks``; the audit's CUDA default is "all") and, under
+``compiled.compile_blocks``; the audit's CUDA default is "all") and, under
 torchrun, ``parallel`` ("ddp": replicated weights, gradients averaged once per global step; "fsdp": PyTorch
 FSDP2 ``fully_shard`` of every decoder layer and vision block, fp32 sharded weights computed in bf16,
 gradients reduce-scattered in fp32 on the last micro-batch).
@@ -38,9 +38,10 @@ from torch.utils.checkpoint import checkpoint
 from vlmdata.audit.settings.run_spec import RECOMPUTE
 from vlmdata.audit.sources.registry import AuditError
 from vlmdata.audit.workload.batch_shapes import batch_shape, materialize, shape_items  # noqa: F401  # re-exported
+from vlmdata.audit.workload.compiled import compile_blocks
 from vlmdata.audit.workload.distributed import GradAllReduce, shard_fsdp
 from vlmdata.audit.workload.flops import step_flops
-from vlmdata.audit.workload.kernels import compile_blocks, kernel_name
+from vlmdata.audit.workload.kernels import kernel_name
 from vlmdata.audit.workload.lora import ADAPTER_ATTR, apply_lora
 from vlmdata.audit.workload.model import build_model, model_summary
 from vlmdata.audit.workload.step import LossForward, TrainStep
