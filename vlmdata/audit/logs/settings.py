@@ -13,6 +13,9 @@ the two runs state differently, with where each value came from:
 ``attribution_note(diffs)`` says what the comparison can and cannot attribute: the logs hold no stage times and
 no counterfactual, so each differing setting is named with what it does, and the audit command that measures each
 factor (``vlmdata audit --bridge-config REAL.yaml --benchmark-config MOCK.yaml``) is named.
+
+The settings compared, their dump keys, Bridge fields and meanings are the table's (``vlmdata.audit.settings.fields``:
+``COMPARED``); ``SETTING_KEYS`` and ``MEANING`` are derived from it.
 """
 
 from __future__ import annotations
@@ -21,40 +24,19 @@ from typing import Any
 
 from vlmdata.audit.logs.parse import config_value
 from vlmdata.audit.settings.bridge_config import read_bridge_config
+from vlmdata.audit.settings.fields import COMPARED, FIELDS
 
 __all__ = ["SETTING_KEYS", "setting_differences", "attribution_note"]
 
-# setting -> (the dump's key, BridgeRun attribute or ("execution", key))
+# setting -> (the dump's key, BridgeRun attribute or ("execution", key)), in the compare table's order: settings.fields
 SETTING_KEYS: dict[str, tuple[str, Any]] = {
-    "freeze_language_model": ("freeze_language_model", "freeze_language_model"),
-    "freeze_vision_model": ("freeze_vision_model", "freeze_vision_model"),
-    "freeze_vision_projection": ("freeze_vision_projection", "freeze_vision_projection"),
-    "recompute": ("recompute_granularity", "recompute"),
-    "micro_batch_size": ("micro_batch_size", "micro_batch_size"),
-    "tp": ("tensor_model_parallel_size", "tensor_parallel"),
-    "pp": ("pipeline_model_parallel_size", "pipeline_parallel"),
-    "ep": ("expert_model_parallel_size", "expert_parallel"),
-    "cp": ("context_parallel_size", "context_parallel"),
-    "force_balance": ("moe_router_force_load_balancing", ("execution", "moe_router_force_load_balancing")),
-    "cuda_graphs": ("cuda_graph_impl", ("execution", "cuda_graph_impl")),
-    "sequence_parallel": ("sequence_parallel", ("execution", "sequence_parallel")),
-    "dataset": ("_target_", "dataset_target"),
+    name: (
+        str(FIELDS[name].dump),
+        tuple(attr.split(".", 1)) if "." in (attr := str(FIELDS[name].bridge_attr)) else attr,
+    )
+    for name in COMPARED
 }
-MEANING = {
-    "freeze_language_model": "a frozen language model has no weight gradients (and, without images, no backward)",
-    "freeze_vision_model": "a frozen vision tower has no weight gradients",
-    "freeze_vision_projection": "a frozen projection has no weight gradients",
-    "recompute": "recompute runs forward passes again in the backward",
-    "micro_batch_size": "another micro-batch changes the kernels' sizes and the steps' overheads",
-    "tp": "the layout changes how the step spreads over GPUs",
-    "pp": "the layout changes how the step spreads over GPUs (pipeline bubble, vision on stage 0)",
-    "ep": "the layout changes the expert all-to-all and the experts per GPU",
-    "cp": "context parallelism splits the decoder but replicates the vision tower",
-    "force_balance": "forced routing balance removes the expert-parallel stragglers natural routing has",
-    "cuda_graphs": "CUDA graphs remove launch overheads that only fixed shapes allow",
-    "sequence_parallel": "sequence parallelism changes the tensor-parallel collectives",
-    "dataset": "the data",
-}
+MEANING = {name: str(FIELDS[name].meaning) for name in COMPARED}  # what a difference in each setting changes
 _FALSE = {"false", "none", "null", "0", ""}
 
 

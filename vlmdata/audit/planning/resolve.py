@@ -33,6 +33,7 @@ from vlmdata.audit.settings.bridge_run import (
     run_notes,
 )
 from vlmdata.audit.settings.config import AuditConfig
+from vlmdata.audit.settings.fields import SETTINGS
 from vlmdata.audit.settings.model_checks import check_parallel, shape_defaults_note
 from vlmdata.audit.settings.model_config import (
     FAMILIES,
@@ -42,17 +43,12 @@ from vlmdata.audit.settings.model_config import (
     read_model_config,
 )
 from vlmdata.audit.settings.peft import PeftSpec, read_peft
-from vlmdata.audit.settings.run_spec import PARALLEL_FIELDS, RunSpec, RunSpecError
+from vlmdata.audit.settings.run_spec import RunSpec, RunSpecError
 from vlmdata.audit.sources.registry import AuditError
 
 __all__ = ["Resolved", "resolve", "bridge_packs", "BRIDGE_RUN_FIELDS"]
 
-BRIDGE_RUN_FIELDS = (  # the run's settings a Bridge config may give
-    *("micro_batch_size", "global_batch_size", "seq_length", *PARALLEL_FIELDS),
-    *("freeze_language_model", "freeze_vision_model", "freeze_vision_projection", "recompute"),
-    "use_distributed_optimizer",
-    *("manual_gc", "manual_gc_interval"),
-)
+BRIDGE_RUN_FIELDS = tuple(s.name for s in SETTINGS if s.from_bridge)  # the run's settings a Bridge config may give
 
 
 @dataclass(frozen=True)

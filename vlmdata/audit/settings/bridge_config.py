@@ -11,6 +11,8 @@ Contract (Megatron-Bridge 0.6.2 with Megatron-Core 0.19.2; pure Python + PyYAML,
   dotted YAML path it came from. A section or key that is absent gives ``None`` (not an error, and no entry in
   ``sources``); a key present with ``null`` gives ``None`` (``recompute``: ``"none"``) with its source.
 
+The paths and kinds of the audit's settings (sizes, layout, freezing, recompute, garbage collection, the dataset's
+target) are read from ``vlmdata.audit.settings.fields``, the one table of settings; the table below says the same.
 Where each field lives in 0.6.2 (``model.X`` falls back to ``model.transformer.X``, the layout of Megatron's own
 ``GPTModelConfig`` / ``HybridModelConfig``; the Qwen-VL providers keep everything directly under ``model``):
 
@@ -78,6 +80,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vlmdata.audit.settings.bridge_yaml import RECOMPUTE_GRANULARITIES, RECOMPUTE_METHODS, ConfigDoc, load_config
+from vlmdata.audit.settings.fields import SETTINGS
 from vlmdata.errors import BridgeConfigError
 
 __all__ = [
@@ -214,29 +217,21 @@ def read_bridge_config(path: str) -> BridgeRun:
             sources[name] = where
         return value
 
-    run: dict[str, Any] = dict(
-        micro_batch_size=take("micro_batch_size", ("train.micro_batch_size",), "int"),
-        global_batch_size=take("global_batch_size", ("train.global_batch_size",), "int"),
-        seq_length=_seq_length(doc, sources),
-        tensor_parallel=take("tensor_parallel", _model_paths("tensor_model_parallel_size"), "int"),
-        pipeline_parallel=take("pipeline_parallel", _model_paths("pipeline_model_parallel_size"), "int"),
-        expert_parallel=take("expert_parallel", _model_paths("expert_model_parallel_size"), "int"),
-        context_parallel=take("context_parallel", _model_paths("context_parallel_size"), "int"),
-        expert_tensor_parallel=take("expert_tensor_parallel", _model_paths("expert_tensor_parallel_size"), "int"),
-        data_parallel=_data_parallel(doc, sources),
-        freeze_language_model=take("freeze_language_model", _model_paths("freeze_language_model"), "bool"),
-        freeze_vision_model=take("freeze_vision_model", _model_paths("freeze_vision_model"), "bool"),
-        freeze_vision_projection=take("freeze_vision_projection", _model_paths("freeze_vision_projection"), "bool"),
-    )
-    granularity = take("recompute", _model_paths("recompute_granularity"), "recompute")
-    run["recompute"] = "none" if granularity is None and "recompute" in sources else granularity
+    run: dict[str, Any] = {}
+    for setting in SETTINGS:  # the audit's settings a Bridge config holds: their paths and kinds (settings.fields)
+        attr = setting.bridge_attr
+        if attr is None or "." in attr:
+            continue  # no Bridge field, or one of the execution table (below)
+        special = _SPECIAL.get(setting.name)
+        if special is not None:
+            run[attr] = special(doc, sources, setting.bridge)
+        else:
+            run[attr] = take(attr, setting.bridge, str(setting.bridge_kind))
+    if run["recompute"] is None and "recompute" in sources:
+        run["recompute"] = "none"  # a granularity stated as null: no recompute
     run["recompute_detail"] = _recompute_detail(doc, sources)
     run["packing"], run["packing_detail"] = _packing(doc, sources)
-    run["use_distributed_optimizer"] = _distributed_optimizer(doc, sources)
-    run["manual_gc"] = take("manual_gc", ("train.manual_gc",), "bool")
-    run["manual_gc_interval"] = take("manual_gc_interval", ("train.manual_gc_interval",), "int0")
     run["model_target"] = take("model_target", ("model._target_",), "str")
-    run["dataset_target"] = take("dataset_target", ("dataset._target_",), "str")
     run["model_fields"] = _model_table(doc, sources, MODEL_FIELDS, "model_fields")
     run["execution"] = _model_table(doc, sources, EXECUTION_FIELDS, "execution")
     return BridgeRun(path=path, sources=sources, **run)
@@ -246,9 +241,9 @@ def _model_paths(key: str) -> tuple[str, ...]:
     return (f"model.{key}", f"model.transformer.{key}")
 
 
-def _seq_length(doc: ConfigDoc, sources: dict[str, str]) -> int | None:
-    model, model_at = doc.first(_model_paths("seq_length"), "int")
-    data, data_at = doc.first(("dataset.seq_length",), "int")
+def _seq_length(doc: ConfigDoc, sources: dict[str, str], paths: tuple[str, ...]) -> int | None:
+    model, model_at = doc.first(tuple(p for p in paths if p.startswith("model.")), "int")
+    data, data_at = doc.first(tuple(p for p in paths if not p.startswith("model.")), "int")
     if model is not None and data is not None and model != data:
         raise doc.error(
             str(model_at),
@@ -264,9 +259,9 @@ def _seq_length(doc: ConfigDoc, sources: dict[str, str]) -> int | None:
     return value
 
 
-def _data_parallel(doc: ConfigDoc, sources: dict[str, str]) -> int | None:
+def _data_parallel(doc: ConfigDoc, sources: dict[str, str], paths: tuple[str, ...]) -> int | None:
     found = []
-    for dotted in ("data_parallel_size", "comm_overlap.data_parallel_size"):
+    for dotted in paths:
         value, where = doc.first((dotted,), "int")
         if where is not None:
             found.append((value, where))
@@ -309,9 +304,9 @@ def _packing(doc: ConfigDoc, sources: dict[str, str]) -> tuple[bool | None, dict
     return _any_on(flags, "packing", sources), detail
 
 
-def _distributed_optimizer(doc: ConfigDoc, sources: dict[str, str]) -> bool | None:
+def _distributed_optimizer(doc: ConfigDoc, sources: dict[str, str], paths: tuple[str, ...]) -> bool | None:
     flags = {}
-    for dotted in ("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"):
+    for dotted in paths:
         value, where = doc.first((dotted,), "bool")
         if where is not None:
             flags[where] = value
@@ -339,3 +334,10 @@ def _model_table(doc: ConfigDoc, sources: dict[str, str], table: dict[str, str],
             found[key] = value
             sources[f"{prefix}.{key}"] = where
     return found
+
+
+_SPECIAL = {  # settings read by more than "the first path present" (their paths are still the table's)
+    "seq_length": _seq_length,
+    "dp": _data_parallel,
+    "use_distributed_optimizer": _distributed_optimizer,
+}

@@ -19,19 +19,13 @@ import re
 from typing import Any
 
 from vlmdata.audit.settings.bridge_config import BridgeRun
+from vlmdata.audit.settings.fields import FIELDS, bridge_attrs
 from vlmdata.audit.sources.registry import AuditError
 
 __all__ = ["data_parallel", "dp_note", "defaults_note", "in_file_terms", "run_notes", "MOCK_DATASETS", "BRIDGE_NAMES"]
 
 MOCK_DATASETS = ("MockVLMSFTDatasetConfig", "MockGPTDatasetConfig", "MockVLMConversationProvider")
-BRIDGE_NAMES = {  # RunSpec name -> BridgeRun field
-    "tp": "tensor_parallel",
-    "pp": "pipeline_parallel",
-    "ep": "expert_parallel",
-    "cp": "context_parallel",
-    "etp": "expert_tensor_parallel",
-    "dp": "data_parallel",
-}
+BRIDGE_NAMES = bridge_attrs()  # setting -> BridgeRun field, where they differ (settings.fields)
 
 
 def data_parallel(
@@ -117,14 +111,9 @@ def run_notes(bridge: BridgeRun, peft: Any, model_from_bridge: bool, family: str
     return notes
 
 
-_STATED = {  # settings a Bridge config states, the key it states each in
-    "micro_batch_size": "train.micro_batch_size",
-    "global_batch_size": "train.global_batch_size",
-    "seq_length": "model.seq_length",
-    "tp": "model.tensor_model_parallel_size",
-    "pp": "model.pipeline_model_parallel_size",
-    "ep": "model.expert_model_parallel_size",
-    "cp": "model.context_parallel_size",
+_STATED = {  # settings a Bridge config states, the key it states each in (settings.fields)
+    name: FIELDS[name].bridge[0]
+    for name in ("micro_batch_size", "global_batch_size", "seq_length", "tp", "pp", "ep", "cp")
 }
 
 
