@@ -427,9 +427,10 @@ def test_image_device_options_reach_decoding_loaders_only():
     """--loader-arg image_device=... (and image_decoder) apply to the decoding loaders; the census
     (images="shapes") and the image-free view (images="drop") open without them instead of failing."""
     from vlmdata.audit.phases.runner import loader_options
+    from vlmdata.audit.planning.plan import make_plan
     from vlmdata.audit.sources.registry import Input
 
-    cfg = AuditConfig(loader_options={"image_device": "cuda", "image_decoder": "pillow"})
+    cfg = make_plan(AuditConfig(loader_options={"image_device": "cuda", "image_decoder": "pillow"}))
     real = Input("real", "shards", {}, False, "real")
     imagefree = Input("imagefree", "shards", {"images": "drop"}, True, "imagefree")
     o = loader_options(cfg, real, 1)

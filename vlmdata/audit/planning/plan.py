@@ -146,26 +146,23 @@ def default_loader_factory() -> Callable:
     return make_loader
 
 
-def loader_options(
-    cfg: AuditConfig | AuditPlan, inp: Input, workers: int | None = None, images: str | None = None, res=None
-) -> LoaderOptions:
-    """The ``LoaderOptions`` one source is opened with (module docstring).
+def loader_options(plan: AuditPlan, inp: Input, workers: int | None = None, images: str | None = None) -> LoaderOptions:
+    """The ``LoaderOptions`` one source is opened with (module docstring); the plan is the one resolution of the
+    run (``make_plan``), never resolved again here.
 
     Args:
-        cfg: the plan (or a config: it is resolved here, with ``workers`` and ``res`` as given).
+        plan: the settled run.
         inp: the source's input (``inputs.prepare_input``).
         workers: loader workers (default: the plan's).
         images: the census's "shapes" (a "drop" source stays "drop").
-        res: the resolved run, with a config.
 
     Returns:
         The source's ``LoaderOptions``.
     """
-    plan_cfg = cfg.cfg if isinstance(cfg, AuditPlan) else cfg
-    res = cfg.res if isinstance(cfg, AuditPlan) else (res or resolve(cfg))
+    plan_cfg, res = plan.cfg, plan.res
     if workers is None:
-        workers = cfg.workers if isinstance(cfg, AuditPlan) else 0
-    spec = cfg.spec(inp.name) if isinstance(cfg, AuditPlan) else res.run
+        workers = plan.workers
+    spec = plan.spec(inp.name)
     changes = {**spec.loader_changes(), **plan_cfg.loader_changes(), **inp.options}
     if images is not None and changes.get("images", "decode") == "decode":  # "drop" stays "drop"
         changes["images"] = images
