@@ -203,17 +203,7 @@ def _build_locked(run: _Run, writer: DatasetWriter) -> dict:
 def _open(run: _Run, writer: DatasetWriter) -> tuple[str, Iterator[SourceItem]]:
     """(format, inputs) of the source, its first record already read; the output-folder rules checked between
     opening the source and reading (so a source that cannot be opened fails before OUT is judged)."""
-    opts = run.opts
-    fmt, items = open_source(
-        run.source,
-        opts.format,
-        image_root=opts.image_root,
-        prompt=opts.prompt,
-        deferred=True,
-        image_column=opts.image_column,
-        text_column=opts.text_column,
-        allow_outside_root=opts.allow_outside_root,
-    )
+    fmt, items = open_source(run.source, run.opts.source, deferred=True)  # the request whole
     writer.check()
     return fmt, _peek(iter(items), run.source)
 

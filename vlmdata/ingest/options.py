@@ -7,24 +7,29 @@ it always was) naming the parameter. ``BuildOptions.replace(**changes)`` returns
 names that are not options. Defaults exist here only: ``vlmdata build`` reads its flags' defaults from
 ``BuildOptions()``.
 
-Depends on ``dataset`` (schema rules, the image pixel limit), ``sources`` (the default prompt) and ``errors``.
+``BuildOptions.source`` is a ``sources.SourceRequest`` (how the source is read), held whole and handed whole to
+``sources.open_source``; the older flat keywords (``format=``, ``image_root=``, ...) fold into it and read through
+as properties, and ``to_dict``/``fingerprint``/``names`` stay flat (a manifest's ``options`` keep their keys, so
+resuming a build made before ``source`` existed still matches). A bad source value is a ``BuildOptionsError``.
+
+Depends on ``dataset`` (schema rules, the image pixel limit), ``sources.request`` and ``errors``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from vlmdata.dataset.images import DEFAULT_MAX_IMAGE_PIXELS
 from vlmdata.dataset.manifest import MAX_SHARD_SAMPLES
-from vlmdata.dataset.schema import conversation_problem, safe_label
+from vlmdata.dataset.schema import safe_label
 from vlmdata.dataset.shards import Planner
 from vlmdata.errors import OptionsError, VlmdataError
 from vlmdata.options_util import at_least, known_names, one_of
-from vlmdata.sources import DEFAULT_PROMPT
+from vlmdata.sources.request import HoldsSource, SourceOptionsError, SourceRequest, folded
+from vlmdata.sources.request import names as source_names
 
 DEFAULT_PREFIX = "shard"
 DEFAULT_MAX_COUNT = 1000  # samples per shard
@@ -77,46 +82,59 @@ class ShardSpec:
         return Planner(self.prefix, self.max_count, self.max_size, first_shard=first_shard, start_index=start_index)
 
 
-@dataclass(frozen=True)
-class BuildOptions:
+@dataclass(frozen=True, init=False)
+class BuildOptions(HoldsSource):
     """How ``build`` reads its source and cuts its shards.
 
     prefix, max_count, max_size: the shards (``ShardSpec``; max_size None: no limit).
     max_pixels: re-encode images above this many pixels (None: never re-encode).
     max_image_pixels: skip images above this many pixels as decompression bombs.
     verify: "header" (header + end marker) or "full" (decode every image).
-    format, image_root, prompt, image_column, text_column, allow_outside_root: how the source is read
-        (``sources.open_source``; format None: detected).
+    source: how the source is read (``sources.SourceRequest``: format, image_root, prompt, image_column,
+        text_column, allow_outside_root), handed whole to ``sources.open_source``. Those names are also accepted
+        as keywords (``BuildOptions(format="llava")``), applied on top of ``source``, and read through as
+        properties (``opts.image_root``).
     workers: processes (None: ``ingest.policy`` decides: inline unless worker processes pay).
     fsync: flush each shard to disk before its rename (power-loss durability).
     """
 
-    prefix: str = DEFAULT_PREFIX
-    max_count: int = DEFAULT_MAX_COUNT
-    max_size: int | None = DEFAULT_MAX_SIZE
-    max_pixels: int | None = None
-    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
-    verify: str = "header"
-    format: str | None = None
-    image_root: str | None = None
-    prompt: str = DEFAULT_PROMPT
-    image_column: str | None = None
-    text_column: str | None = None
-    workers: int | None = None
-    fsync: bool = False
-    allow_outside_root: bool = False
+    prefix: str
+    max_count: int
+    max_size: int | None
+    max_pixels: int | None
+    max_image_pixels: int
+    verify: str
+    source: SourceRequest
+    workers: int | None
+    fsync: bool
 
-    def __post_init__(self) -> None:
-        for name in ("format", "image_root", "image_column", "text_column"):
-            v = getattr(self, name)
-            if isinstance(v, os.PathLike) and name == "image_root":  # a Path is a path: kept as its text (a
-                v = os.fspath(v)  # PosixPath image_root was a TypeError deep in the build, a column one in JSON)
-                object.__setattr__(self, name, v)
-            if v is not None and not isinstance(v, str):
-                raise BuildOptionsError(f"`{name}` must be a string or None, got {type(v).__name__}")
-        for name in ("fsync", "allow_outside_root"):
-            if not isinstance(getattr(self, name), bool):
-                raise BuildOptionsError(f"`{name}` must be True or False, got {getattr(self, name)!r}")
+    def __init__(
+        self,
+        prefix: str = DEFAULT_PREFIX,
+        max_count: int = DEFAULT_MAX_COUNT,
+        max_size: int | None = DEFAULT_MAX_SIZE,
+        max_pixels: int | None = None,
+        max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
+        verify: str = "header",
+        source: SourceRequest | None = None,
+        workers: int | None = None,
+        fsync: bool = False,
+        **source_options: Any,
+    ) -> None:
+        given = dict(prefix=prefix, max_count=max_count, max_size=max_size, max_pixels=max_pixels)
+        given.update(max_image_pixels=max_image_pixels, verify=verify, workers=workers, fsync=fsync)
+        for name, value in given.items():
+            object.__setattr__(self, name, value)
+        known_names(source_options, names(), "build", BuildOptionsError)
+        try:
+            object.__setattr__(self, "source", folded(source, **source_options))
+        except SourceOptionsError as e:
+            raise BuildOptionsError(str(e)) from None
+        self._check()
+
+    def _check(self) -> None:
+        if not isinstance(self.fsync, bool):
+            raise BuildOptionsError(f"`fsync` must be True or False, got {self.fsync!r}")
         ShardSpec(self.prefix, self.max_count, self.max_size)  # validates the three
         if self.max_pixels is not None:
             at_least("max_pixels", self.max_pixels, 1, BuildOptionsError)
@@ -124,13 +142,6 @@ class BuildOptions:
         if self.workers is not None:
             at_least("workers", self.workers, 1, BuildOptionsError)
         one_of("verify", self.verify, VERIFY_MODES, BuildOptionsError)
-        if not isinstance(self.prompt, str) or conversation_problem(
-            [
-                {"role": "user", "content": [{"type": "text", "text": self.prompt}]},
-                {"role": "assistant", "content": [{"type": "text", "text": "x"}]},
-            ]
-        ):
-            raise BuildOptionsError("`prompt` must be plain text (no control tokens such as <|im_end|>)")
 
     @property
     def shards(self) -> ShardSpec:
@@ -145,15 +156,23 @@ class BuildOptions:
         return d
 
     def replace(self, **changes: Any) -> BuildOptions:
-        """A copy with ``changes`` applied (validated); an unknown name raises ``BuildOptionsError`` naming it."""
-        known_names(changes, names(), "build", BuildOptionsError)
+        """A copy with ``changes`` applied (validated); an unknown name raises ``BuildOptionsError`` naming it.
+        ``source`` replaces the whole request; a source option (``format``, ...) changes that one field."""
+        known_names(changes, (*names(), "source"), "build", BuildOptionsError)
         return dataclasses.replace(self, **changes) if changes else self
 
     def to_dict(self) -> dict[str, Any]:
-        """Every option and its value (for manifests and JSON)."""
-        return dataclasses.asdict(self)
+        """Every option and its value, flat (the source's options in its place; for manifests and JSON)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out.update(value.to_dict() if f.name == "source" else {f.name: value})
+        return out
 
 
 def names() -> tuple[str, ...]:
-    """The option names, in declaration order."""
-    return tuple(f.name for f in dataclasses.fields(BuildOptions))
+    """The option names, flat, in declaration order (``source`` stands for its fields: ``format``, ...)."""
+    out: list[str] = []
+    for f in dataclasses.fields(BuildOptions):
+        out.extend(source_names() if f.name == "source" else (f.name,))
+    return tuple(out)

@@ -1,17 +1,21 @@
 """``ProfileOptions``: every setting of ``profile_dataset``, with its defaults and its checks.
 
 Frozen and self-validating like ``LoaderOptions`` and ``BuildOptions``: a bad value raises ``ProfileError``
-(naming the parameter) when the options are made; ``dataclasses.replace`` makes a checked copy.
+(naming the parameter) when the options are made; ``dataclasses.replace`` makes a checked copy (a source option,
+``format=``, changes that field of ``source``). How a source input is read is ``source``, the same
+``sources.SourceRequest`` ``BuildOptions.source`` holds, handed whole to ``sources.open_source``: a profile reads a
+source exactly as the build does (format, image root, prompt, columns, images outside the root).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from vlmdata.profile.document import ProfileError
 from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS, SPECS
-from vlmdata.sources.text import DEFAULT_PROMPT
+from vlmdata.sources.request import HoldsSource, SourceOptionsError, SourceRequest, folded
 
 DEFAULT_CAP = 20_000
 DEFAULT_DECODE_IMAGES = 1000
@@ -21,23 +25,46 @@ MODELS = tuple(SPECS)
 MAX_DECODE_REPEATS = 100  # decodes per timed image (the fastest is kept: a few suffice)
 
 
-@dataclass(frozen=True)
-class ProfileOptions:
-    """The settings of one profile (checked when made: ``ProfileError`` names the first bad parameter)."""
+@dataclass(frozen=True, init=False)
+class ProfileOptions(HoldsSource):
+    """The settings of one profile (checked when made: ``ProfileError`` names the first bad parameter).
 
-    model: str = "qwen3-vl"
-    min_pixels: int = BRIDGE_MIN_PIXELS
-    max_pixels: int = BRIDGE_MAX_PIXELS
-    tokenizer: str | None = None  # a local HF tokenizer folder; None: the Qwen tokenizer shipped offline
-    cap: int = DEFAULT_CAP  # sample rows stored at most (reservoir)
-    seed: int = 0  # reservoir seed (rows and decode subset)
-    decode_images: int = DEFAULT_DECODE_IMAGES  # images timed (0: no decode timing)
-    decode_repeats: int = 3
-    format: str | None = None  # source format for non-shard inputs (default: detected)
-    image_root: str | None = None
-    prompt: str = DEFAULT_PROMPT  # the user turn of caption-only sources
+    ``source`` is how a source input (not shards) is read, a ``sources.SourceRequest`` handed whole to
+    ``sources.open_source``; its fields are also accepted as keywords (``ProfileOptions(format="llava")``),
+    applied on top of ``source``, and read through as properties (``opts.image_root``).
+    """
 
-    def __post_init__(self) -> None:
+    model: str
+    min_pixels: int
+    max_pixels: int
+    tokenizer: str | None  # a local HF tokenizer folder; None: the Qwen tokenizer shipped offline
+    cap: int  # sample rows stored at most (reservoir)
+    seed: int  # reservoir seed (rows and decode subset)
+    decode_images: int  # images timed (0: no decode timing)
+    decode_repeats: int
+    source: SourceRequest  # how a source input is read (format None: detected)
+
+    def __init__(
+        self,
+        model: str = "qwen3-vl",
+        min_pixels: int = BRIDGE_MIN_PIXELS,
+        max_pixels: int = BRIDGE_MAX_PIXELS,
+        tokenizer: str | None = None,
+        cap: int = DEFAULT_CAP,
+        seed: int = 0,
+        decode_images: int = DEFAULT_DECODE_IMAGES,
+        decode_repeats: int = 3,
+        source: SourceRequest | None = None,
+        **source_options: Any,
+    ) -> None:
+        given = dict(model=model, min_pixels=min_pixels, max_pixels=max_pixels, tokenizer=tokenizer, cap=cap)
+        given.update(seed=seed, decode_images=decode_images, decode_repeats=decode_repeats)
+        for name, value in given.items():
+            object.__setattr__(self, name, value)
+        try:
+            object.__setattr__(self, "source", folded(source, **source_options))
+        except SourceOptionsError as e:
+            raise ProfileError(str(e)) from None
         self.check()
 
     def check(self) -> None:
@@ -46,12 +73,12 @@ class ProfileOptions:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
                 raise ProfileError(f"`{name}` must be an integer, got {v!r}")
-        for name in ("tokenizer", "format", "image_root"):
-            v = getattr(self, name)
-            if v is not None and not isinstance(v, (str, os.PathLike)):
-                raise ProfileError(f"`{name}` must be a path or None, got {type(v).__name__}")
-        if not isinstance(self.prompt, str) or not isinstance(self.model, str):
-            raise ProfileError("`prompt` and `model` must be strings")
+        if self.tokenizer is not None and not isinstance(self.tokenizer, (str, os.PathLike)):
+            raise ProfileError(f"`tokenizer` must be a path or None, got {type(self.tokenizer).__name__}")
+        if not isinstance(self.source, SourceRequest):
+            raise ProfileError(f"`source` must be a SourceRequest, got {type(self.source).__name__}")
+        if not isinstance(self.model, str):
+            raise ProfileError("`model` must be a string")
         if self.model not in SPECS:
             raise ProfileError(f"unknown model {self.model!r}: `model` must be one of {', '.join(MODELS)}")
         if self.min_pixels <= 0 or self.max_pixels <= 0 or self.min_pixels > self.max_pixels:

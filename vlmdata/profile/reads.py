@@ -1,5 +1,5 @@
-"""What a profile reads: the samples of a dataset folder, a shard, an image folder or LLaVA/messages JSON (the
-readers of ``vlmdata build``), each kept only when it passes the build's validity rule (text and image headers);
+"""What a profile reads: the samples of a dataset folder, a shard, or a source (image folder, LLaVA/messages JSON,
+Hugging Face dataset: the readers of ``vlmdata build``, handed ``ProfileOptions.source`` whole), each kept only when it passes the build's validity rule (text and image headers);
 what fails is counted by reason, never raised (``open_input``).
 """
 
@@ -118,7 +118,7 @@ def _open_source_input(
 ) -> tuple[dict, Iterator[InputSample], Counter]:
 
     try:
-        fmt, items = open_source(path, opts.format, image_root=opts.image_root, prompt=opts.prompt)
+        fmt, items = open_source(path, opts.source)  # the request whole
     except SourceError as e:
         raise ProfileError(str(e)) from None
 

@@ -1,9 +1,12 @@
-"""Readers for image-text sources; ``open_source`` picks one by ``format`` or by looking (``detect_format``).
+"""Readers for image-text sources; ``open_source(path, request)`` picks one by the request's ``format`` or by
+looking (``detect_format``) and hands it the request whole.
 
 The formats are one registry (``FORMATS``, ``sources/formats.py``: folder, llava, messages, hf); this module
-reads only the registry. Parameter names appear in messages in backquotes (```format```); the CLI shows them as
-flags. ``source_fingerprint`` describes a source's current content cheaply (sizes, modification times and a hash
-of record files) so that a resumed build can refuse a source that changed.
+reads only the registry. Every option of how a source is read is one frozen, self-checking ``SourceRequest``
+(``sources/request.py``), the object ``BuildOptions.source`` and ``ProfileOptions.source`` hold. Parameter names
+appear in messages in backquotes (```format```); the CLI shows them as flags. ``source_fingerprint`` describes a
+source's current content cheaply (sizes, modification times and a hash of record files) so that a resumed build
+can refuse a source that changed.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from typing import Iterator
+from typing import Any, Iterator
 
 from vlmdata import storage
 from vlmdata.sources.base import SourceError, SourceItem, check_folder_root, walk_files
-from vlmdata.sources.formats import FORMATS, Format, SourceRequest, detectors, register_format
+from vlmdata.sources.formats import FORMATS, Format, detectors, register_format
+from vlmdata.sources.request import ReadRequest, SourceOptionsError, SourceRequest, folded
 from vlmdata.sources.text import DEFAULT_PROMPT
 
 
@@ -59,36 +63,42 @@ def detect_format(path: str) -> str:
 
 def open_source(
     path: str,
-    fmt: str | None = None,
+    request: SourceRequest | str | None = None,
     *,
-    image_root: str | None = None,
-    prompt: str = DEFAULT_PROMPT,
-    image_column: str | None = None,
-    text_column: str | None = None,
     deferred: bool = False,
-    allow_outside_root: bool = False,
+    **options: Any,
 ) -> tuple[str, Iterator[SourceItem]]:
-    """(format, items) for a source path. Raises SourceError for a bad path or format.
+    """(format, items) for a source path. Raises SourceError for a bad path, format or request.
 
     Args:
         path: the source (local path or URL).
-        fmt: a registered format (``FORMATS``); None: detected.
-        image_root: where relative image paths of JSON records point (default: the JSON file's folder).
-        prompt: the user turn of caption-only samples.
-        image_column: the image column of a Hugging Face dataset (default: guessed).
-        text_column: its text or conversation column (default: guessed).
+        request: how to read it (``SourceRequest``: format, image root, prompt, columns, ...), handed to the
+            format's reader whole; a string or None is the older form, the format alone (None: detected).
         deferred: items may carry unparsed records; call ``item.resolve()`` before using one.
-        allow_outside_root: read image paths of records that lie outside the source root (the image
-            root for JSON sources, the dataset folder for Hugging Face path cells).
+        **options: ``SourceRequest`` fields given as keywords (``image_root=``, ``prompt=``, ...), applied on
+            top of ``request`` (the older form, ``fmt=`` included; ``SourceOptionsError`` for an unknown name or a
+            bad value).
     """
-    if fmt is not None:
-        FORMATS[fmt]  # SourceError naming the choices for an unknown one
+    if "fmt" in options:  # the older name of the second argument
+        options["format"] = options.pop("fmt")
+    if isinstance(request, SourceRequest):
+        request = folded(request, **options)
+    else:
+        request = folded(None, **{"format": request, **options})
+    if request.format is not None:
+        FORMATS[request.format]  # SourceError naming the choices for an unknown one
     path = storage.local(path)
+    image_root = request.image_root
     if image_root is not None:
         image_root = storage.local(image_root)
         if not storage.is_url(image_root) and not os.path.isdir(image_root):
             raise SourceError(f"{image_root}: `image_root` is not a folder")
-    request = SourceRequest(image_root, prompt, image_column, text_column, deferred, allow_outside_root)
+    given = {**request.to_dict(), "image_root": image_root}
+    return _read(path, request.format, ReadRequest(**given, deferred=deferred))
+
+
+def _read(path: str, fmt: str | None, request: ReadRequest) -> tuple[str, Iterator[SourceItem]]:
+    """(format, items) of a checked request: the path's checks, then the format's reader."""
     if storage.is_url(path):
         try:
             found = storage.exists(path)
@@ -164,6 +174,7 @@ __all__ = [
     "Format",
     "SourceError",
     "SourceItem",
+    "SourceOptionsError",
     "SourceRequest",
     "detect_format",
     "open_source",

@@ -1,11 +1,11 @@
 """The input formats, one registry (``FORMATS``): what each reads, how it is recognised, what its fingerprint covers.
 
-A format is registered with a reader, ``read(path, request) -> Iterator[SourceItem]`` (``request``: the options
-of ``open_source``, a ``SourceRequest``), and optionally a detector, ``detect(path) -> name or None`` (several
-formats may share one: the JSON detector names llava or messages). ``open_source``, ``detect_format`` and
-``source_fingerprint`` (``sources/__init__.py``) read only this registry, and ``vlmdata build --format`` /
-``vlmdata profile --format`` offer its names; so adding a format is its reader module plus one
-``register_format(Format(...))`` here, and its test.
+A format is registered with a reader, ``read(path, request) -> Iterator[SourceItem]`` (``request``: the
+``SourceRequest`` given to ``open_source``, handed over as a ``ReadRequest``: ``sources/request.py``), and
+optionally a detector, ``detect(path) -> name or None`` (several formats may share one: the JSON detector names
+llava or messages). ``open_source``, ``detect_format`` and ``source_fingerprint`` (``sources/__init__.py``) read
+only this registry, and ``vlmdata build --format`` / ``vlmdata profile --format`` offer its names; so adding a
+format is its reader module plus one ``register_format(Format(...))`` here, and its test.
 
 Registered: ``folder`` (images + caption sidecars, local or object storage), ``llava`` and ``messages``
 (JSON/JSONL, local or object storage), ``hf`` (a local Hugging Face dataset: ``save_to_disk`` or parquet).
@@ -23,19 +23,7 @@ from vlmdata.sources.base import SourceError, SourceItem
 from vlmdata.sources.folder import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, iter_folder
 from vlmdata.sources.hfdataset import is_hf_dir, iter_hf
 from vlmdata.sources.jsonrecords import iter_json_source, sniff
-from vlmdata.sources.text import DEFAULT_PROMPT
-
-
-@dataclass(frozen=True)
-class SourceRequest:
-    """The options of ``open_source`` that a reader may use (each format reads the ones it needs)."""
-
-    image_root: str | None = None
-    prompt: str = DEFAULT_PROMPT
-    image_column: str | None = None
-    text_column: str | None = None
-    deferred: bool = False
-    allow_outside_root: bool = False
+from vlmdata.sources.request import ReadRequest
 
 
 @dataclass(frozen=True)
@@ -58,7 +46,7 @@ class Format:
 
     name: str
     description: str
-    read: Callable[[str, SourceRequest], Iterator[SourceItem]]
+    read: Callable[[str, ReadRequest], Iterator[SourceItem]]
     detect: Callable[[str], str | None] | None = None
     priority: int = 0
     needs: tuple[str, str] | None = None
@@ -112,19 +100,19 @@ def _json_kind(path: str) -> str | None:
     )
 
 
-def _read_folder(path: str, req: SourceRequest) -> Iterator[SourceItem]:
+def _read_folder(path: str, req: ReadRequest) -> Iterator[SourceItem]:
     return iter_folder(path, req.prompt)
 
 
-def _read_llava(path: str, req: SourceRequest) -> Iterator[SourceItem]:
+def _read_llava(path: str, req: ReadRequest) -> Iterator[SourceItem]:
     return iter_json_source(path, "llava", req.image_root, req.deferred, req.allow_outside_root)
 
 
-def _read_messages(path: str, req: SourceRequest) -> Iterator[SourceItem]:
+def _read_messages(path: str, req: ReadRequest) -> Iterator[SourceItem]:
     return iter_json_source(path, "messages", req.image_root, req.deferred, req.allow_outside_root)
 
 
-def _read_hf(path: str, req: SourceRequest) -> Iterator[SourceItem]:
+def _read_hf(path: str, req: ReadRequest) -> Iterator[SourceItem]:
     return iter_hf(path, req.prompt, req.image_column, req.text_column, req.allow_outside_root, req.image_root)
 
 

@@ -10,10 +10,10 @@ from rich.table import Table
 from vlmdata import storage
 from vlmdata.cli.args import cli_flags, parse_size, positive_int
 from vlmdata.cli.console import EXIT_FAIL, EXIT_OK, UserError, counts, err, human_bytes, out, print_json, progress
+from vlmdata.cli.source_args import add_source_args, source_request
 from vlmdata.ingest import DEFAULT_MIN_WRITTEN_FRACTION, BuildOptions, build, build_shortfall
 from vlmdata.ingest.engines import DEFAULT_ENGINE, ENGINES
 from vlmdata.ingest.options import DEFAULT_ENERGON_TARGET, ENERGON_TARGETS, VERIFY_MODES
-from vlmdata.sources import FORMATS
 
 
 def _fraction(text: str) -> float:
@@ -53,7 +53,7 @@ def add_parser(sub):
 
 
 def _input_args(p, d: BuildOptions) -> None:
-    """SOURCE, -o OUT and how the source is read."""
+    """SOURCE, -o OUT and how the source is read (the flags ``vlmdata profile`` shares: ``cli.source_args``)."""
     p.add_argument(
         "source",
         help="folder, .json/.jsonl file, .parquet file or saved HF dataset folder; folders and "
@@ -65,11 +65,7 @@ def _input_args(p, d: BuildOptions) -> None:
         required=True,
         help="output folder or URL such as s3://bucket/prefix (must be empty unless --resume/--overwrite)",
     )
-    p.add_argument("--format", choices=FORMATS, help="source format (default: detected)")
-    p.add_argument("--image-root", help="folder that relative image paths in JSON sources are relative to")
-    p.add_argument("--prompt", default=d.prompt, help="user prompt for caption-only sources")
-    p.add_argument("--image-column", help="HF dataset image column (default: detected)")
-    p.add_argument("--text-column", help="HF dataset text/conversation column (default: detected)")
+    add_source_args(p)
 
 
 def _shard_args(p, d: BuildOptions) -> None:
@@ -93,12 +89,6 @@ def _shard_args(p, d: BuildOptions) -> None:
         type=positive_int,
         default=d.max_image_pixels,
         help="skip images above this many pixels as decompression bombs",
-    )
-    p.add_argument(
-        "--allow-outside-root",
-        action="store_true",
-        help="read image paths in records (JSON, HF path cells) that point outside the source root "
-        "(the image root / dataset folder); default: skip them as outside_root",
     )
     p.add_argument(
         "--min-written-fraction",
@@ -176,14 +166,9 @@ def _run(args) -> int:
         max_pixels=args.max_pixels,
         max_image_pixels=args.max_image_pixels,
         verify=args.verify,
-        format=args.format,
-        image_root=args.image_root,
-        prompt=args.prompt,
-        image_column=args.image_column,
-        text_column=args.text_column,
+        source=source_request(args),
         workers=args.workers,
         fsync=args.fsync,
-        allow_outside_root=args.allow_outside_root,
     )
     if args.address and args.engine != "ray":
         raise UserError("--address is for --engine ray")

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from vlmdata import storage
 from vlmdata.cli.console import EXIT_OK, UserError, counts, human_bytes, out, print_json, progress
+from vlmdata.cli.source_args import add_source_args, source_request
 from vlmdata.dataset.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from vlmdata.profile.measure import (
     DEFAULT_CAP,
@@ -21,7 +22,6 @@ from vlmdata.profile.measure import (
     write_profile,
 )
 from vlmdata.qwen.spec import BRIDGE_MAX_PIXELS, BRIDGE_MIN_PIXELS
-from vlmdata.sources import FORMATS
 
 
 def add_parser(sub):
@@ -32,7 +32,8 @@ def add_parser(sub):
             "Record a compact empirical joint distribution of a dataset (per-sample rows: images, prompt/answer text\n"
             "tokens, visual tokens; per-image rows: size, format, bytes, JPEG quality/subsampling/progressive), summary\n"
             "statistics and measured decode time per image. The input is a vlmdata dataset folder (or one .tar shard),\n"
-            "or directly an image folder / LLaVA or messages JSON (the readers of `vlmdata build`)."
+            "or directly an image folder / LLaVA or messages JSON / Hugging Face dataset (the readers of `vlmdata build`,\n"
+            "with the same source flags)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -69,8 +70,7 @@ def add_parser(sub):
         help=f"images to time a full decode of (default {DEFAULT_DECODE_IMAGES}; 0 = skip)",
     )
     p.add_argument("--decode-repeats", type=int, default=3, help="decodes per timed image, fastest kept (default 3)")
-    p.add_argument("--format", choices=FORMATS, help="source format for non-shard inputs (default: detected)")
-    p.add_argument("--image-root", help="folder that relative image paths in JSON sources are relative to")
+    add_source_args(p, shards=True)
     p.add_argument("--plot", help="also write histograms to this PNG (needs matplotlib)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     return p
@@ -108,8 +108,7 @@ def _run(args) -> int:
         seed=args.seed,
         decode_images=args.decode_images,
         decode_repeats=args.decode_repeats,
-        format=args.format,
-        image_root=args.image_root,
+        source=source_request(args),
     )
     check_outputs(args.out, args.plot, inputs=[args.input])  # before profiling: never over an input
     try:
