@@ -223,3 +223,12 @@ def test_memory_limits_by_card_name():
     assert cli_args.memory_limit_gb("b200") == 192.0
     with pytest.raises(argparse.ArgumentTypeError, match="takes a number of GB or a card"):
         cli_args.memory_limit_gb("h300")
+
+
+def test_the_line_leads_with_what_makes_it_misleading():
+    """A blind knob with decisions inside the threshold: the line names the knob first, then the decisions it
+    gets right (not "MISLEADING: every mock's choices are within ...")."""
+    d, e, v = _verdict(noisy_grid(0), threshold=0.15)
+    assert v["status"] == "MISLEADING" and d["misleading"] == [] and e["blind"]
+    assert v["line"].startswith("MISLEADING: the image-free mock cannot measure freezing the vision tower")
+    assert v["line"].index("cannot measure") < v["line"].index("choices are within 15% of real's best")

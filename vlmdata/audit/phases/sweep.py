@@ -242,8 +242,9 @@ def sweep_verdict(
     """MISLEADING when every choice a mock's data allows costs more than the threshold of real throughput
     (``decisions``), when a mock cannot measure a knob that moves real throughput (``effects``), or when any
     configuration's own verdict is MISLEADING; else UNDECIDED when any of those is undecided (a gate must not
-    pass it: measure longer), else OK. The line says the decisions first, then the knobs, then the gap at
-    real's best configuration; ``notes``: the mocks' choices that do not fit a GPU card on real data."""
+    pass it: measure longer), else OK. The line says what makes it so first (decisions a mock gets wrong, knobs it
+    cannot measure), then decisions it gets right, then the configurations' own verdicts and the gap at real's best
+    configuration; ``notes``: the mocks' choices that do not fit a GPU card on real data."""
     effects = effects or {}
     status_of = {r["label"]: (r["report"].get("verdict") or {}).get("status") for r in results}
     gap_bad = [lab for lab, st in status_of.items() if st == "MISLEADING"]
@@ -256,9 +257,13 @@ def sweep_verdict(
         status = "OK"
     best = decisions["per_source"].get("real", {}).get("best")
     at_best = next((r["report"].get("verdict") for r in results if r["label"] == best), None)
-    line = f"{status}: {decisions['line']}"
+    wrong = bool(decisions["misleading"] or decisions.get("undecided"))  # decisions a mock gets wrong come first
+    findings = [decisions["line"]] if wrong else []
     if effects.get("line"):
-        line += f"; {effects['line']}"
+        findings.append(effects["line"])
+    if not wrong:  # the decisions it gets right, after the knobs it cannot measure
+        findings.append(decisions["line"])
+    line = f"{status}: " + "; ".join(findings)
     if gap_bad:
         line += f"; the mock figure overstates real in {len(gap_bad)} of {len(results)} configurations"
     if undecided:
