@@ -10,6 +10,7 @@ import argparse
 import math
 import re
 
+from vlmdata.audit.settings.fields import SETTINGS
 from vlmdata.errors import VlmdataError
 from vlmdata.storage import redact_text
 
@@ -130,8 +131,9 @@ def parse_size(text: str) -> int:
 
 
 _PARAM = re.compile(r"`([a-z_]+)`")
-# library parameters whose flag is not ``--`` + the name with dashes (every command's; the one map ``cli_flags`` uses)
-PARAM_FLAGS = {"loader_options": "--loader-arg", "benchmark": "--benchmark-set"}
+# library parameters whose flag is not ``--`` + the name with dashes (every command's; the one map ``cli_flags`` uses):
+# the audit's, from its settings table (``vlmdata.audit.settings.fields``)
+PARAM_FLAGS = {s.name: s.flag for s in SETTINGS if s.flag is not None and s.dest != s.name}
 
 
 def cli_flags(text: str, names: dict[str, str] | None = None) -> str:

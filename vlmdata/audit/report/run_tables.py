@@ -10,30 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from vlmdata.audit.settings.fields import FIELDS
 from vlmdata.audit.workload.stages import BACKWARD_PARTS, STAGE_PARTS, backward_factors, stage_tflops
 
-RUN_ROWS = (
-    ("model", "model"),
-    ("micro_batch_size", "micro-batch size"),
-    ("global_batch_size", "global batch size"),
-    ("micro_batches_per_step", "micro-batches per optimizer step (this rank)"),
-    ("seq_length", "seq_length"),
-    ("seq_policy", "sequence policy"),
-    ("padding_rule", "padding"),
-    ("tp", "tensor parallel"),
-    ("pp", "pipeline parallel"),
-    ("ep", "expert parallel"),
-    ("cp", "context parallel"),
-    ("etp", "expert tensor parallel"),
-    ("dp", "data parallel"),
-    ("freeze_language_model", "freeze_language_model"),
-    ("freeze_vision_model", "freeze_vision_model"),
-    ("freeze_vision_projection", "freeze_vision_projection"),
-    ("recompute", "recompute"),
-    ("use_distributed_optimizer", "distributed optimizer"),
-    ("manual_gc", "manual garbage collection"),
-    ("manual_gc_interval", "manual_gc_interval (Bridge's steps between collections)"),
-    ("slice_layers", "decoder layers measured"),
+_OWN_LABELS = {  # the rows that are not settings (derived, or the model as built); a setting's label is the table's
+    "model": "model",
+    "micro_batches_per_step": "micro-batches per optimizer step (this rank)",
+    "padding_rule": "padding",
+}
+RUN_ROWS = tuple(  # (key, label), in the table's order: settings labelled by vlmdata.audit.settings.fields
+    (key, _OWN_LABELS[key] if key in _OWN_LABELS else FIELDS[key].label or key)
+    for key in (
+        *("model", "micro_batch_size", "global_batch_size", "micro_batches_per_step", "seq_length", "seq_policy"),
+        *("padding_rule", "tp", "pp", "ep", "cp", "etp", "dp"),
+        *("freeze_language_model", "freeze_vision_model", "freeze_vision_projection", "recompute"),
+        *("use_distributed_optimizer", "manual_gc", "manual_gc_interval", "slice_layers"),
+    )
 )
 DERIVED = {"padding_rule": "seq_policy", "micro_batches_per_step": "global_batch_size"}
 STAGE_COLUMNS = (*STAGE_PARTS, "backward", "step")

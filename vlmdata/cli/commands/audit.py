@@ -31,7 +31,7 @@ GIVEN = tuple(  # AuditConfig fields whose flag carries the value as it is (None
 def _add(p, name: str, **kw) -> None:
     """The flag of setting ``name`` with its help (both from ``settings.fields``)."""
     s = FIELDS[name]
-    p.add_argument(s.flag, help=HELP[s.dest], **kw)
+    p.add_argument(s.flag, help=HELP[str(s.dest)], **kw)
 
 
 def _run_arguments(p) -> None:
