@@ -206,3 +206,18 @@ def test_written_report_keeps_the_plan(tmp_path, fixed_device):
     rep["plan"] = preview(cfg, measure_rate=False)
     paths = write_report(rep, str(tmp_path), with_plots=False)
     assert json.loads(open(paths["json"]).read())["plan"]["arms"] == ["imagefree", "real"]
+
+
+def test_a_budget_stop_short_of_an_interval_says_what_budget_would_measure_one():
+    """4 steps per source after a budget stop (an interval needs 5): one more round of 24 s on top of the run's 147 s,
+    a tenth more, rounded up to 10 s: 190 s. Past 5 steps, or stopped by another rule, nothing is added."""
+    from vlmdata.audit.report.notes import stop_words
+
+    m = {"stop": "budget", "steps_per_source": 4, "rounds": 4, "block": 1, "total_seconds": 147.0}
+    words = stop_words({**m, "measure_seconds": 96.0})
+    assert words == (
+        "stopped after 4 steps per source: the time budget (`budget_s`) left no room for another round; an interval "
+        "needs 5 steps per source: a round took 24 s here, so `budget_s` 190 would measure them"
+    )
+    assert stop_words({**m, "measure_seconds": 96.0, "steps_per_source": 5, "rounds": 5}).endswith("another round")
+    assert stop_words({**m, "measure_seconds": 96.0, "stop": "max_steps"}).endswith("was reached")
