@@ -4,7 +4,8 @@ the request made from them.
 ``add_source_args(p)`` adds ``--format``, ``--image-root``, ``--prompt``, ``--image-column``, ``--text-column``
 and ``--allow-outside-root`` (defaults read from ``SourceRequest()``, the format choices from the registry);
 ``source_request(args)`` turns the parsed flags into the ``SourceRequest`` that the command's options object
-holds. A new field of ``SourceRequest`` is one flag here and reaches both commands.
+holds, one argument per field (a field without its flag here fails both commands' tests:
+``tests/sources/test_request.py``). A new field of ``SourceRequest`` is one flag here and reaches both commands.
 
 Depends on ``sources`` only.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from vlmdata.sources import FORMATS, SourceRequest
+from vlmdata.sources.request import names
 
 
 def add_source_args(p: argparse.ArgumentParser, shards: bool = False) -> None:
@@ -44,14 +46,7 @@ def add_source_args(p: argparse.ArgumentParser, shards: bool = False) -> None:
 def source_request(args: argparse.Namespace) -> SourceRequest:
     """The ``SourceRequest`` the flags of ``add_source_args`` ask for (checked: a ``SourceOptionsError`` naming
     the field, shown as its flag by ``vlmdata.cli.main``)."""
-    return SourceRequest(
-        format=args.format,
-        image_root=args.image_root,
-        prompt=args.prompt,
-        image_column=args.image_column,
-        text_column=args.text_column,
-        allow_outside_root=args.allow_outside_root,
-    )
+    return SourceRequest(**{name: getattr(args, name) for name in names()})
 
 
 __all__ = ["add_source_args", "source_request"]
