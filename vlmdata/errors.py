@@ -20,6 +20,7 @@ Policy, in one place:
   storage      ``StorageError`` (storage.urls), ``OutputError`` (cli.streams)
   dataset      ``ManifestError``, ``EnergonIndexError``, ``BadSampleError``, ``OutputRefused``, ``TarReadError``
   sources      ``SourceError`` (sources.base), ``MockError`` (synthetic.mocks), ``TokenizerArgumentError`` (qwen)
+               ``SourceOptionsError`` (sources.request: a ``SourceRequest`` field; also an ``OptionsError``)
   build        ``BuildError`` (ingest.options), ``EngineError`` (ingest.engines.base)
   loaders      ``LoaderSourceError``, ``LoaderStateError``, ``EmptyEpochError``, ``HFLoadError`` (interop.hf)
   profile      ``ProfileError``, ``ThresholdError``
