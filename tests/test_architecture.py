@@ -3,8 +3,8 @@ package's modules import each other without cycles.
 
 Layers, lowest first (a module may import its own component and any lower layer, nothing else):
 
-    errors -> registry | qwen -> storage | options_util -> dataset -> sources | interop -> ingest | profile -> synthetic
-    -> loaders -> audit | baselines -> benchmarks -> cli
+    errors | describe -> registry | qwen -> storage | options_util -> dataset -> sources | interop -> ingest | profile
+    -> synthetic -> loaders -> audit | baselines -> benchmarks -> cli
 
 Components on one layer (``ingest`` and ``profile``, ...) do not import each other. Every import counts,
 function-level ones included (they are still dependencies); the cycle check covers module-level imports
@@ -22,7 +22,7 @@ import vlmdata
 PKG = os.path.dirname(vlmdata.__file__)
 
 LAYERS = [
-    ("errors",),
+    ("errors", "describe"),  # describe: the one describe() protocol (typing only)
     ("registry", "qwen"),
     ("storage", "options_util"),
     ("dataset",),

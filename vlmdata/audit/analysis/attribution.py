@@ -35,6 +35,8 @@ parameters, is a finding (``degenerate``) the verdict reports as MISLEADING. Pur
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from vlmdata.audit.analysis.layout import FORMULAS, layout_efficiency
 from vlmdata.audit.analysis.metrics import ratio_ci
@@ -130,7 +132,7 @@ def _degenerate(block: dict, mock: str, image_free: bool) -> dict:
     return {"run": run, "benchmark": bench, "finding": finding}
 
 
-def _factors(report: dict, block: dict, mock: str, e: dict, seed: int) -> list[dict]:
+def _factors(report: Mapping[str, Any], block: dict, mock: str, e: dict, seed: int) -> list[dict]:
     """data, each link, composed (module docstring); each with ``value`` and, when measured, ``lo`` / ``hi``."""
     sources = report["sources"]
     at_run = f"{mock}@{RUN_ARM}" if f"{mock}@{RUN_ARM}" in sources else mock
@@ -154,7 +156,7 @@ def _factors(report: dict, block: dict, mock: str, e: dict, seed: int) -> list[d
     return out
 
 
-def _mock_attribution(report: dict, block: dict, mock: str, seed: int) -> dict:
+def _mock_attribution(report: Mapping[str, Any], block: dict, mock: str, seed: int) -> dict:
     sources = report["sources"]
     arms = block["arms"]
     layouts = {
@@ -201,7 +203,7 @@ def _rate(src: dict) -> float:
     return float(src["summary"]["rates"]["samples_per_s"])
 
 
-def attribute(report: dict, seed: int = 0) -> dict | None:
+def attribute(report: Mapping[str, Any], seed: int = 0) -> dict | None:
     """Per mock: the per-GPU headline, the factors and their product, the interaction, the largest factor, the
     layout terms and the degenerate-benchmark check (module docstring); None without a benchmark."""
     block = report.get("benchmark")

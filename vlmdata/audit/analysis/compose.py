@@ -47,6 +47,8 @@ import copy
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from vlmdata.audit.analysis.result_types import StepRecord
+
 COMPOSED_STAGES = ("lm_forward", "backward_decoder", "optimizer", "ep_all_to_all")
 
 
@@ -137,7 +139,7 @@ def plan(run, shape, summary: dict, *, link_gbps: float = 200.0, latency_us: flo
     )
 
 
-def compose_record(rec: dict, comp: Composition) -> dict:
+def compose_record(rec: StepRecord, comp: Composition) -> StepRecord:
     """One measured global step as a step of the user's run (``measured_step_ms`` keeps the measurement)."""
     if comp.identity:
         return rec
@@ -163,12 +165,12 @@ def compose_record(rec: dict, comp: Composition) -> dict:
     grow = extra_dec / dec if dec else 0.0  # each micro-batch's decoder time grows by this factor
     opt = t.get("optimizer", 0.0)
     opt_new = opt * comp.optimizer_scale
-    micro = [dict(m) for m in rec.get("micro") or []]
+    micro = [copy.copy(m) for m in rec.get("micro") or []]
     a2a = 0.0
     for m in micro:
         m_a2a = comp.a2a_ms(int(m.get("tokens_total") or 0))
-        if m.get("ms") is not None:
-            m["ms"] = m["ms"] + grow * (m.get("decoder_ms") or 0.0) + m_a2a
+        if (ms := m.get("ms")) is not None:
+            m["ms"] = ms + grow * (m.get("decoder_ms") or 0.0) + m_a2a
         m["ep_all_to_all_ms"] = m_a2a
         a2a += m_a2a
     t["lm_forward"] = t.get("lm_forward", 0.0) + extra_f
@@ -179,14 +181,14 @@ def compose_record(rec: dict, comp: Composition) -> dict:
     if "total" in t:
         t["total"] = t["total"] + added
     out.update(times_ms=t, micro=micro, measured_step_ms=rec["step_ms"], step_ms=rec["step_ms"] + added)
-    if rec.get("lm_layers_flops") is not None:
-        layers = rec["lm_layers_flops"] * s
+    if (lm_layers := rec.get("lm_layers_flops")) is not None:
+        layers = lm_layers * s
         out["lm_layers_flops"] = layers
-        out["lm_flops"] = layers + (rec.get("lm_head_flops") or 0)
-        out["flops"] = out["lm_flops"] + (rec.get("vision_flops") or 0) + (rec.get("projector_flops") or 0)
+        out["lm_flops"] = lm = layers + (rec.get("lm_head_flops") or 0)
+        out["flops"] = lm + (rec.get("vision_flops") or 0) + (rec.get("projector_flops") or 0)
     return out
 
 
-def compose(records: list[dict], comp: Composition) -> list[dict]:
+def compose(records: list[StepRecord], comp: Composition) -> list[StepRecord]:
     """Every record composed (the same list when the composition is the identity)."""
     return records if comp.identity else [compose_record(r, comp) for r in records]

@@ -6,7 +6,8 @@ census and pairing with real. ``straggler_model(...)``: data-parallel stragglers
 source's census and a cost model fitted on every measured micro-batch (``vlmdata.audit.analysis.straggler_model``).
 ``measurement(...)``: how the figures were obtained (rounds, stop reason, warm-up, seconds, garbage collection,
 the samples every step holds per rank and, in ``epoch_wrap``, the sources repeated within a step because an epoch
-of theirs on this rank is shorter than one step: ``census.wrap_note``).
+of theirs on this rank is shorter than one step: ``census.wrap_note``). The records these hand the report are
+typed (``vlmdata.audit.analysis.result_types``: ``AuditResult``, ``SourceResult``, ``StepRecord``, ``Measurement``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 import transformers
 
 from vlmdata import __version__
+from vlmdata.audit.analysis.result_types import AuditResult, CompileSummary, Measurement, SourceResult, StepRecord
 from vlmdata.audit.analysis.straggler_model import Sample, calibrate, fit_cost_model, simulate
 from vlmdata.audit.sources.registry import REAL, AuditError
 from vlmdata.audit.workload.compiled import compile_stats, fallback_note
@@ -62,7 +64,7 @@ def _load() -> list[float] | None:
     return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
 
 
-def header(run: Any) -> dict[str, Any]:
+def header(run: Any) -> AuditResult:
     """The result's parts known before measuring."""
     return {
         "config": run.plan.config_dict(),
@@ -73,15 +75,17 @@ def header(run: Any) -> dict[str, Any]:
     }
 
 
-def _pairing(records: list[dict], real: list[dict]) -> dict:
+def _pairing(records: list[StepRecord], real: list[StepRecord]) -> dict[str, Any]:
     """How many measured steps of a paired source saw exactly the samples (keys) real saw at that step."""
     same = sum(1 for a, b in zip(records, real) if a.get("keys") and a.get("keys") == b.get("keys"))
     return {"steps": len(records), "same_samples": same, "paired_fraction": same / len(records) if records else None}
 
 
-def sources_result(run: Any, sources: Any, loaders: Any, records: dict[str, list], window: int) -> dict[str, dict]:
+def sources_result(
+    run: Any, sources: Any, loaders: Any, records: dict[str, list[StepRecord]], window: int
+) -> dict[str, SourceResult]:
     """Every source's entry of the result (module docstring)."""
-    out = {}
+    out: dict[str, SourceResult] = {}
     for name in run.plan.names:
         c, inp = sources.censuses[name], sources.inputs[name]
         recs = records[name][:window]
@@ -109,7 +113,9 @@ def sources_result(run: Any, sources: Any, loaders: Any, records: dict[str, list
     return out
 
 
-def straggler_model(run: Any, censuses: dict, records: dict[str, list], window: int, dp_sizes=DP_SIZES) -> dict | None:
+def straggler_model(
+    run: Any, censuses: dict, records: dict[str, list[StepRecord]], window: int, dp_sizes=DP_SIZES
+) -> dict | None:
     """The simulated stragglers (module docstring); None without per-micro-batch times."""
     same = {n for n in records if run.plan.spec(n) == run.plan.res.run}  # the run's configuration only
     recs = {n: v[:window] for n, v in records.items() if n not in run.oom and v and n in same}
@@ -148,8 +154,11 @@ def straggler_model(run: Any, censuses: dict, records: dict[str, list], window: 
     return sim
 
 
-def measurement(run: Any, stop: Any, rounds: Any, warm: Any, done: int, why: str | None, seconds: dict) -> dict:
-    """The result's ``measurement`` (module docstring); ``seconds``: prepare, loader warm-up, measure, total."""
+def measurement(
+    run: Any, stop: Any, rounds: Any, warm: Any, done: int, why: str | None, seconds: dict[str, float]
+) -> Measurement:
+    """The result's ``measurement`` (module docstring); ``seconds``: prepare, measure, total (the loaders' warm-up
+    seconds are the warm-up's own: ``Warmup.describe``)."""
     plan, cfg = run.plan, run.plan.cfg
     n = len(cfg.sources)
     w = stop.window(done)
@@ -174,7 +183,7 @@ def measurement(run: Any, stop: Any, rounds: Any, warm: Any, done: int, why: str
         "budget_s": plan.budget_s,
         "precision": cfg.precision,
         "order_first_round": [cfg.sources[j % n] for j in range(n)],
-        "warmup": warm.describe(seconds["loader"]),
+        "warmup": warm.describe(),
         "prepare_seconds": seconds["prepare"],
         "measure_seconds": seconds["measure"],
         "total_seconds": seconds["total"],
@@ -184,7 +193,7 @@ def measurement(run: Any, stop: Any, rounds: Any, warm: Any, done: int, why: str
     }
 
 
-def _compile_summary(run, rounds) -> dict | None:
+def _compile_summary(run, rounds) -> CompileSummary | None:
     """Which blocks ran through torch.compile, the graphs it holds and how many it built inside timed steps; per
     part (``compiled.compile_stats``) its graphs, recompiles, compile seconds and whether it fell back to eager,
     with the note that says what a fallback does to the figures."""
@@ -206,7 +215,7 @@ def _compile_summary(run, rounds) -> dict | None:
     }
 
 
-def iter_records(result: dict) -> Iterable[tuple[str, dict]]:
+def iter_records(result: AuditResult) -> Iterable[tuple[str, StepRecord]]:
     """(source, record) of every measured step."""
     for name, src in result["sources"].items():
         for r in src["records"]:

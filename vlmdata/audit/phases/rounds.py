@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
 from vlmdata.audit.analysis.compose import compose_record
 from vlmdata.audit.analysis.metrics import FLOP_FIELDS, SUMMED
+from vlmdata.audit.analysis.result_types import MicroRecord, StepRecord
 from vlmdata.audit.phases.census import Sources
 from vlmdata.audit.phases.live_loaders import LiveLoaders
 from vlmdata.audit.phases.stop import StopRule
@@ -57,7 +58,7 @@ class MeasuredRounds:
         self.run, self.sources, self.warm, self.loaders, self.stop = run, sources, warm, loaders, stop
         self.progress = progress
         self.deadline = deadline  # the run's clock at which ``budget_s`` ends (``stop.StopRule``)
-        self.records: dict[str, list] = {name: [] for name in run.plan.names}
+        self.records: dict[str, list[StepRecord]] = {name: [] for name in run.plan.names}
         self.rounds = 0
         spec = run.plan.res.run
         self.collector = Collector(spec.manual_gc, spec.manual_gc_interval)
@@ -105,7 +106,7 @@ class MeasuredRounds:
                         self.records[name].append(rec)
                 advance(1)
 
-    def global_step(self, name: str, k: int) -> dict | None:
+    def global_step(self, name: str, k: int) -> StepRecord | None:
         """One measured global step of ``name`` (its k-th); None when it ran out of memory."""
         run, n_micro = self.run, self.run.plan.micro_of(name)
         base = (run.plan.warmup + k) * n_micro
@@ -166,7 +167,7 @@ def micro_shape(workload, batch) -> dict:
 
 def global_record(
     parts: list[dict], r: dict, *, step: int, rnd: int, step_ms: float, wait_kind: str, keys: list
-) -> dict:
+) -> StepRecord:
     """One record per global step: work summed over its micro-batches (``parts``: their ``micro_shape``
     plus ``wait_ms``, ``new_items``, ``match``), times from the workload's ``finish()`` (``r``)."""
     rec: dict[str, Any] = {
@@ -192,10 +193,10 @@ def global_record(
     rec["first_seen_shapes"] = sum(p["new_items"] for p in parts)
     rec["census_match"] = None if any(p["match"] is None for p in parts) else all(p["match"] for p in parts)
     rec["keys"] = keys
-    return rec
+    return cast(StepRecord, rec)  # every key of StepRecord but global_step's three (built by name above)
 
 
-def _micro_records(parts: list[dict], r: dict) -> list[dict]:
+def _micro_records(parts: list[dict], r: dict) -> list[MicroRecord]:
     """Each micro-batch's device time and work (the straggler model's input)."""
     micro_ms = r.get("micro_ms") or [None] * len(parts)
     decoder_ms = r.get("micro_decoder_ms") or [None] * len(parts)

@@ -39,6 +39,7 @@ import torch
 from vlmdata.audit.analysis.compose import Composition
 from vlmdata.audit.analysis.compose import plan as compose_plan
 from vlmdata.audit.analysis.layout import expert_share
+from vlmdata.audit.analysis.result_types import AuditResult
 from vlmdata.audit.phases.census import Census, census, take_census
 from vlmdata.audit.phases.live_loaders import LiveLoaders
 from vlmdata.audit.phases.result import environment, header, iter_records, measurement, sources_result, straggler_model
@@ -233,7 +234,7 @@ def run_audit(
     clock: Callable[[], float] = time.perf_counter,
     workload=None,
     phase: Callable | None = None,
-) -> dict:
+) -> AuditResult:
     """Measure every source of ``cfg`` (see the module docstring).
 
     Args:
@@ -250,7 +251,8 @@ def run_audit(
     Returns:
         ``{"config", "run", "environment", "workload", "measurement", "sources": {name: {"records", "loader",
         "world_size", "paired", "definition", "startup_wait_ms", "census", "pairing", "oom"}}, "composition",
-        "straggler_model"}``; a record is one global step.
+        "straggler_model"}`` (typed: ``vlmdata.audit.analysis.result_types.AuditResult``); a record is one global
+        step (``StepRecord``).
     """
     t_start = clock()
     phase = phase or _no_phase
@@ -265,7 +267,7 @@ def run_audit(
         stop = StopRule(run, sources)
         prepare_s = clock() - t_prep
         warm, loaders = Warmup(run, sources.censuses), LiveLoaders(run, sources.inputs)
-        loader_s = warm_up(run, warm, loaders, phase)
+        warm_up(run, warm, loaders, phase)  # the loaders' seconds: ``warm.loader_seconds``, in its describe()
         deadline = t_start + plan.budget_s  # the budget counts from the start: build, census and warm-up included
         rounds = MeasuredRounds(run, sources, warm, loaders, stop, progress, deadline=deadline)
         done, why, measure_s = rounds.measure()
@@ -275,7 +277,7 @@ def run_audit(
         if run.plan.bench is not None:
             result["benchmark"] = benchmark_block(run)
         result["straggler_model"] = straggler_model(run, sources.censuses, rounds.records, window)
-        seconds = {"prepare": prepare_s, "loader": loader_s, "measure": measure_s, "total": clock() - t_start}
+        seconds = {"prepare": prepare_s, "measure": measure_s, "total": clock() - t_start}
         result["measurement"] = measurement(run, stop, rounds, warm, done, why, seconds)
     finally:
         run.workload.close()

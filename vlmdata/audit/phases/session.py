@@ -21,11 +21,12 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 import torch
 import torch.distributed
 
+from vlmdata.audit.analysis.result_types import AuditResult
 from vlmdata.audit.phases.preview import preview
 from vlmdata.audit.phases.runner import run_audit
 from vlmdata.audit.phases.sweep import parse_sweep, run_sweep
@@ -153,8 +154,8 @@ def _measure(
     """One audit's report, or a sweep's."""
     main = info is None or info.is_main
 
-    def build(result: dict) -> dict:
-        return build_report(gather(result, info), threshold=cfg.threshold, seed=cfg.seed)
+    def build(result: AuditResult) -> dict:  # the typed run report (result_types.Report), held as any report is
+        return cast(dict, build_report(gather(result, info), threshold=cfg.threshold, seed=cfg.seed))
 
     if not sweep:
         return build(run_audit(cfg, out_dir=out_dir, dist=info, progress=progress, phase=phase))

@@ -28,6 +28,7 @@ from vlmdata.audit.analysis.cards import card_fits
 from vlmdata.audit.analysis.decisions import decide_configs, label
 from vlmdata.audit.analysis.knob_effects import knob_effects
 from vlmdata.audit.analysis.resample import SweepReplicates, step_columns
+from vlmdata.audit.analysis.result_types import AuditResult
 from vlmdata.audit.analysis.verdict import MORE
 from vlmdata.audit.phases.runner import run_audit
 from vlmdata.audit.settings.config import AuditConfig
@@ -163,7 +164,7 @@ def run_sweep(
     cfg: AuditConfig,
     sweep: dict[str, list],
     *,
-    build: Callable[[dict], dict],
+    build: Callable[[AuditResult], dict],
     out_dir: str | None = None,
     dist=None,
     memory_limit_gb: float | None = None,

@@ -12,7 +12,8 @@
 
 ``warm_up(run, warm, loaders)`` is the phase: the first step, the first round's shapes, then each source's
 live loader started and its untimed global steps (``live_loaders.LiveLoaders``); it returns the loaders' part
-in seconds.
+in seconds and keeps it on the warm-up (``Warmup.loader_seconds``), which ``describe()`` reports
+(``vlmdata.describe``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Warmup:
         self.run, self.censuses = run, censuses
         self.warmed: set = set()
         self.stats = {"batches": 0, "seconds": 0.0, "in_rounds": 0.0, "full_steps": 0}
+        self.loader_seconds = 0.0  # the live loaders' start and untimed steps (``warm_up``)
 
     def first_step(self) -> None:
         """One full global step of real's first census batch, untimed."""
@@ -99,7 +101,7 @@ class Warmup:
         self.warmed.update(new)
         return len(new)
 
-    def describe(self, loader_seconds: float) -> dict:
+    def describe(self) -> dict[str, Any]:
         """The measurement's ``warmup`` entry."""
         return {
             "shape_batches": self.stats["batches"],
@@ -107,7 +109,7 @@ class Warmup:
             "shape_items": len(self.warmed),
             "seconds": self.stats["seconds"],
             "loader_steps_per_source": self.run.plan.warmup,
-            "loader_seconds": loader_seconds,
+            "loader_seconds": self.loader_seconds,
         }
 
 
@@ -128,7 +130,8 @@ def warm_up(run: Any, warm: Warmup, loaders: Any, phase: Any = None) -> float:
         t = run.clock()
         loaders.start()
         loaders.untimed_steps(plan.warmup)
-    return run.clock() - t
+    warm.loader_seconds = run.clock() - t
+    return warm.loader_seconds
 
 
 @contextmanager

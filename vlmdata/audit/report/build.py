@@ -1,12 +1,16 @@
 """``build_report(results)``: the runner's result of each rank -> the report dict (summaries per source, the
-ranks merged, stragglers flagged and checked against the model, the verdict)."""
+ranks merged, stragglers flagged and checked against the model, the verdict). Both are typed
+(``vlmdata.audit.analysis.result_types``: ``AuditResult`` in, ``Report`` out); the JSON is the same dicts."""
 
 from __future__ import annotations
+
+from typing import cast
 
 from vlmdata.audit.analysis.attribution import attribute, benchmark_verdict
 from vlmdata.audit.analysis.metrics import TOKEN_DEFINITIONS, summarize
 from vlmdata.audit.analysis.ranks import merge_ranks
 from vlmdata.audit.analysis.ranks import stragglers as find_stragglers
+from vlmdata.audit.analysis.result_types import AuditResult, Report, ReportSource
 from vlmdata.audit.analysis.straggler_check import check_ranks
 from vlmdata.audit.analysis.verdict import decide
 from vlmdata.audit.report.notes import collect_notes, stop_words
@@ -15,12 +19,14 @@ from vlmdata.audit.report.run_tables import summary_stage_tflops
 SCHEMA = "vlmdata.audit/2"
 
 
-def build_report(results: list[dict], *, threshold: float, straggler_ratio: float = 1.10, seed: int = 0) -> dict:
+def build_report(
+    results: list[AuditResult], *, threshold: float, straggler_ratio: float = 1.10, seed: int = 0
+) -> Report:
     """``results``: the runner's result of each rank (one element without torchrun)."""
     first = results[0]
     world = len(results)
     interleaved = (first.get("measurement") or {}).get("method") == "interleaved"
-    report = {
+    report: Report = {
         "schema": SCHEMA,
         "kind": "run",
         "config": first["config"],
@@ -45,10 +51,11 @@ def build_report(results: list[dict], *, threshold: float, straggler_ratio: floa
     runs = {}
     for name in first["sources"]:
         if first["sources"][name].get("oom") or not first["sources"][name]["records"]:
-            report["sources"][name] = {k: v for k, v in first["sources"][name].items() if k != "world_size"}
+            kept = {k: v for k, v in first["sources"][name].items() if k != "world_size"}
+            report["sources"][name] = cast(ReportSource, kept)
             report["sources"][name]["summary"] = None  # ran out of memory: a result, not a figure
             continue
-        per_rank = [r["sources"][name]["records"] for r in results]
+        per_rank = [_records(r, name) for r in results]
         records = per_rank[0] if world == 1 else merge_ranks(per_rank)
         summary = summarize(records, world)
         summary["stage_tflops"] = summary_stage_tflops(summary, records, first["sources"][name].get("trains"))
@@ -60,33 +67,36 @@ def build_report(results: list[dict], *, threshold: float, straggler_ratio: floa
         if world > 1:
             src["per_rank"] = [summarize(recs) for recs in per_rank]
             report["stragglers"][name] = find_stragglers(per_rank, straggler_ratio)
-        report["sources"][name] = src
+        report["sources"][name] = cast(ReportSource, src)
         runs[name] = {"records": records, "world_size": world, "interleaved": interleaved}
     if world > 1:  # the straggler model against the measured slowest rank of every step
         ep = ((first.get("run") or {}).get("run") or {}).get("ep") or 1
-        per = {n: [r["sources"][n]["records"] for r in results] for n in runs}
+        per = {n: [_records(r, n) for r in results] for n in runs}
         report["straggler_check"] = check_ranks(per, sync="micro_batch" if ep > 1 else "step")
     summaries = {k: v["summary"] for k, v in report["sources"].items() if v["summary"] is not None}
     flagged = sorted({r for s in report["stragglers"].values() for r in s["flagged"]})
     if "real" in runs and len(runs) > 1:
         margin = float((first.get("config") or {}).get("repeat_margin") or 0.0)
-        report["verdict"] = decide(
-            runs, summaries, threshold=threshold, stragglers=flagged, seed=seed, repeat_margin=margin
-        )
-        _judge_benchmark(report, threshold, margin, seed)
+        verdict = decide(runs, summaries, threshold=threshold, stragglers=flagged, seed=seed, repeat_margin=margin)
+        report["verdict"] = verdict
+        _judge_benchmark(report, verdict, threshold, margin, seed)
     else:
         report["verdict"] = None
     return report
 
 
-def _judge_benchmark(report: dict, threshold: float, margin: float, seed: int) -> None:
+def _records(result: AuditResult, name: str) -> list[dict]:
+    """A source's step records as the analysis reads them (plain dicts: it reads a log's intervals alike)."""
+    return cast(list[dict], result["sources"][name]["records"])
+
+
+def _judge_benchmark(report: Report, v: dict, threshold: float, margin: float, seed: int) -> None:
     """With a benchmark configuration: the attribution (``report["attribution"]``) and its verdict, which decides
-    the status when it is worse (a benchmark run as the training run is not cannot be judged by data alone)."""
+    the status of the report's verdict ``v`` when it is worse (a benchmark run as the training run is not cannot be judged by data alone)."""
     attr = attribute(report, seed=seed)
     report["attribution"] = attr
     if not attr or not attr["mocks"]:
         return
-    v = report["verdict"]
     bv = benchmark_verdict(attr, 1 + threshold, margin)
     v["benchmark"] = bv
     v["status"] = bv["status"]  # the headline: the benchmark as it ran against the run as it runs
