@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import threading
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -142,7 +143,7 @@ class BridgeNoise:
             synthetic=self.describe(),
         )
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "generator": "bridge-noise",
             "seed": self.seed,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -222,7 +223,7 @@ class ProfileGenerator:
             synthetic={"generator": "profile", "seed": self.seed, "profile": self.sha256, "row": row},
         )
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "generator": "profile",
             "seed": self.seed,

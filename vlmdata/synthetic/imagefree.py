@@ -5,6 +5,8 @@ answer tokens, turns; rows sampled like the profile generator) or fixed counts (
 
 from __future__ import annotations
 
+from typing import Any
+
 from vlmdata.dataset.schema import Sample
 from vlmdata.errors import OptionsError
 from vlmdata.profile.document import MAX_ROW_TOKENS, load_profile, profile_sha256, sample_rows, validate_profile
@@ -68,7 +70,7 @@ class ImageFree:
                 turn["content"] = [{"type": "text", "text": ""}]
         return Sample(key=f"s{i:09d}", conversation=conv, source_id=f"imagefree-{row}", synthetic=self.describe())
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         d = {"generator": "imagefree", "seed": self.seed}
         if self.profile_sha:
             d["profile"] = self.profile_sha

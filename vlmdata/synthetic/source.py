@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from itertools import count, islice
-from typing import Iterator
+from typing import Any, Iterator
 
 from vlmdata.dataset.schema import Sample
 from vlmdata.errors import OptionsError
@@ -103,7 +103,7 @@ class SyntheticSource(_Base):
         images = [self.pool.get(spec, seed) for spec, seed in self.gen.image_items(i)]
         return self.gen.sample(i, images)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return self.gen.describe()
 
 
@@ -130,5 +130,5 @@ class MockSource(_Base):
     def get(self, i: int) -> Sample:
         return self.impl.sample(i)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return self.impl.describe()

@@ -305,7 +305,7 @@ class UserWorkload:
         if self.cuda:
             torch.cuda.empty_cache()
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"kind": "user", "name": self.name, **({"options": self.options} if self.options else {})}
 
     def close(self) -> None:

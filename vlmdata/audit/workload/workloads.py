@@ -32,6 +32,8 @@ gradients reduce-scattered in fp32 on the last micro-batch).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -294,7 +296,7 @@ class ReferenceWorkload:
     def flops(self, batch: dict) -> dict:
         return step_flops(self.config, batch, logits=self.logits)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "kind": "reference",
             "name": self.name,
