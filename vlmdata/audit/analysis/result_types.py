@@ -14,10 +14,9 @@ be absent, every other key is always written by its producer.
 
 They live on the analysis floor, the lowest that reads them (``attribution`` reads a report, ``metrics`` and
 ``compose`` read step records), so that the phases (producers) and the report (consumer) both import them
-downwards. No imports beyond ``typing``.
+downwards. No imports beyond ``typing``; no ``from __future__ import annotations``: ``NotRequired`` must be seen at
+run time (``__required_keys__``, which ``tests/audit/test_result_types.py`` checks against a run).
 """
-
-from __future__ import annotations
 
 from typing import Any, NotRequired, Required, TypedDict
 
