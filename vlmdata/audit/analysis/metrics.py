@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from vlmdata.audit.analysis.result_types import Records
 from vlmdata.audit.workload.stages import STAGE_ORDER
 
 # the work fields of a step record, summed over its micro-batches (and over ranks)
@@ -67,14 +68,14 @@ TOKEN_DEFINITIONS = {
 }
 
 
-def _column(records: list[dict], key: str) -> np.ndarray | None:
+def _column(records: Records, key: str) -> np.ndarray | None:
     vals = [r.get(key) for r in records]
     if not vals or any(v is None for v in vals):
         return None
     return np.asarray(vals, dtype=np.float64)
 
 
-def rate(records: list[dict], name: str, world_size: int = 1) -> float | None:
+def rate(records: Records, name: str, world_size: int = 1) -> float | None:
     """One rate over ``records``: total work / total seconds (TFLOP/s per GPU for ``tflops``)."""
     work, ms = _column(records, RATES[name]), _column(records, "step_ms")
     if work is None or ms is None:
@@ -90,7 +91,7 @@ def _pct(a: np.ndarray, q: float) -> float:
     return float(np.percentile(a, q))
 
 
-def stage_split(records: list[dict]) -> dict[str, float]:
+def stage_split(records: Records) -> dict[str, float]:
     """Mean ms per step of each stage; ``other`` = step wall time not covered by the workload's stages
     (host overhead, the final sync, hooks). ``data_wait`` is the workload's own stage when it reports one
     (the device idle while the host waited for data), else the record's ``data_wait_ms``."""
@@ -115,7 +116,7 @@ def stage_split(records: list[dict]) -> dict[str, float]:
     return {k: out[k] for k in (*STAGE_ORDER, *sorted(set(out) - set(STAGE_ORDER))) if k in out}
 
 
-def data_wait_split(records: list[dict]) -> dict | None:
+def data_wait_split(records: Records) -> dict | None:
     """Data wait by kind: ``steady`` steps and ``epoch_boundary`` steps (the first batch of a new epoch),
     each as total ms, steps and share of the measured step time. None without data-wait figures."""
     ms = _column(records, "step_ms")
@@ -134,7 +135,7 @@ def data_wait_split(records: list[dict]) -> dict | None:
     return out
 
 
-def summarize(records: list[dict], world_size: int = 1) -> dict:
+def summarize(records: Records, world_size: int = 1) -> dict:
     """Every figure of one source: step time distribution, rates, workload shape, stage split."""
     if not records:
         raise ValueError("no measured steps")
@@ -186,12 +187,12 @@ def summarize(records: list[dict], world_size: int = 1) -> dict:
     return out
 
 
-def _rate_arrays(records: list[dict], name: str) -> tuple[np.ndarray, np.ndarray] | None:
+def _rate_arrays(records: Records, name: str) -> tuple[np.ndarray, np.ndarray] | None:
     work, ms = _column(records, RATES[name]), _column(records, "step_ms")
     return None if work is None or ms is None else (work, ms)
 
 
-def rate_replicates(records: list[dict], name: str, idx: np.ndarray, world_size: int = 1) -> np.ndarray | None:
+def rate_replicates(records: Records, name: str, idx: np.ndarray, world_size: int = 1) -> np.ndarray | None:
     """Bootstrap replicates of ``rate(records, name)``: one per row of ``idx`` (step indices drawn with
     replacement), each a ratio of sums as ``rate`` (the same draws as ``ratio_ci``'s). None without the rate."""
     arrays = _rate_arrays(records, name)
@@ -204,8 +205,8 @@ def rate_replicates(records: list[dict], name: str, idx: np.ndarray, world_size:
 
 
 def ratio_ci(
-    num: list[dict],
-    den: list[dict],
+    num: Records,
+    den: Records,
     name: str,
     *,
     world_num: int = 1,
@@ -249,7 +250,7 @@ def ratio_ci(
 
 
 def rate_ci(
-    records: list[dict], name: str, *, world_size: int = 1, n_boot: int = 2000, level: float = 0.95, seed: int = 0
+    records: Records, name: str, *, world_size: int = 1, n_boot: int = 2000, level: float = 0.95, seed: int = 0
 ) -> dict | None:
     """One source's rate with a percentile bootstrap interval over its steps (None without the rate)."""
     value = rate(records, name, world_size)

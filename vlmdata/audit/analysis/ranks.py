@@ -8,15 +8,18 @@ gradient all-reduce makes the others wait for it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from vlmdata.audit.analysis.metrics import FLOP_FIELDS, SUMMED
+from vlmdata.audit.analysis.result_types import Records
 from vlmdata.audit.workload.stages import FORWARD_STAGES
 
 __all__ = ["merge_ranks", "stragglers"]
 
 
-def merge_ranks(per_rank: list[list[dict]]) -> list[dict]:
+def merge_ranks(per_rank: Sequence[Records]) -> list[dict]:
     """One record per step over all ranks: work summed, step and data-wait time of the slowest rank,
     stage times averaged, visual tokens per sample concatenated."""
     merged = []
@@ -43,7 +46,7 @@ def merge_ranks(per_rank: list[list[dict]]) -> list[dict]:
     return merged
 
 
-def stragglers(per_rank: list[list[dict]], ratio: float = 1.10, min_fraction: float = 0.25) -> dict:
+def stragglers(per_rank: Sequence[Records], ratio: float = 1.10, min_fraction: float = 0.25) -> dict:
     """Per-rank visual load and forward time; ranks flagged when, in at least ``min_fraction`` of the
     steps and 1.5x their fair share (1/world), they carry the most visual tokens and more than ``ratio``
     x the step's cross-rank median."""

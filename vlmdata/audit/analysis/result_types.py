@@ -14,13 +14,17 @@ be absent, every other key is always written by its producer.
 
 They live on the analysis floor, the lowest that reads them (``attribution`` reads a report, ``metrics`` and
 ``compose`` read step records), so that the phases (producers) and the report (consumer) both import them
-downwards. No imports beyond ``typing``; no ``from __future__ import annotations``: ``NotRequired`` must be seen at
+downwards. ``Records`` is what a figure reads (``metrics``, ``ranks``, ``straggler_check``): any sequence of step
+records, the runner's, ranks merged, a log's intervals (``vlmdata.audit.logs.records``). No imports beyond ``typing``
+and ``collections.abc``; no ``from __future__ import annotations``: ``NotRequired`` must be seen at
 run time (``__required_keys__``, which ``tests/audit/test_result_types.py`` checks against a run).
 """
 
+from collections.abc import Mapping, Sequence
 from typing import Any, NotRequired, Required, TypedDict
 
 __all__ = [
+    "Records",
     "MicroRecord",
     "StepRecord",
     "CensusBlock",
@@ -32,6 +36,9 @@ __all__ = [
     "ReportSource",
     "Report",
 ]
+
+
+Records = Sequence[Mapping[str, Any]]  # step records as a figure reads them (module docstring)
 
 
 class MicroRecord(TypedDict):

@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from vlmdata.audit.analysis.result_types import Records
 from vlmdata.audit.analysis.straggler_cost import calibrate, cost_ms, fit_cost_model
 from vlmdata.audit.sources.registry import AuditError
 
@@ -52,7 +54,7 @@ def plot_stragglers(result: dict) -> bytes:
     return buf.getvalue()
 
 
-def check_ranks(per_rank: dict[str, list[list[dict]]], sync: str = "step") -> dict:
+def check_ranks(per_rank: Mapping[str, Sequence[Records]], sync: str = "step") -> dict:
     """The straggler model against measured ranks (torchrun): for every measured global step of every source,
     the model's slowest-rank prediction from the micro-batches each rank actually ran (the cost model fitted and
     calibrated on all ranks' micro-batches, ``fit_cost_model`` + ``calibrate``) against the measured slowest

@@ -55,7 +55,7 @@ def build_report(
             report["sources"][name] = cast(ReportSource, kept)
             report["sources"][name]["summary"] = None  # ran out of memory: a result, not a figure
             continue
-        per_rank = [_records(r, name) for r in results]
+        per_rank = [r["sources"][name]["records"] for r in results]
         records = per_rank[0] if world == 1 else merge_ranks(per_rank)
         summary = summarize(records, world)
         summary["stage_tflops"] = summary_stage_tflops(summary, records, first["sources"][name].get("trains"))
@@ -71,7 +71,7 @@ def build_report(
         runs[name] = {"records": records, "world_size": world, "interleaved": interleaved}
     if world > 1:  # the straggler model against the measured slowest rank of every step
         ep = ((first.get("run") or {}).get("run") or {}).get("ep") or 1
-        per = {n: [_records(r, n) for r in results] for n in runs}
+        per = {n: [r["sources"][n]["records"] for r in results] for n in runs}
         report["straggler_check"] = check_ranks(per, sync="micro_batch" if ep > 1 else "step")
     summaries = {k: v["summary"] for k, v in report["sources"].items() if v["summary"] is not None}
     flagged = sorted({r for s in report["stragglers"].values() for r in s["flagged"]})
@@ -83,11 +83,6 @@ def build_report(
     else:
         report["verdict"] = None
     return report
-
-
-def _records(result: AuditResult, name: str) -> list[dict]:
-    """A source's step records as the analysis reads them (plain dicts: it reads a log's intervals alike)."""
-    return cast(list[dict], result["sources"][name]["records"])
 
 
 def _judge_benchmark(report: Report, v: dict, threshold: float, margin: float, seed: int) -> None:

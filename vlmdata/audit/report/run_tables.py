@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vlmdata.audit.analysis.result_types import Records
 from vlmdata.audit.settings.fields import FIELDS
 from vlmdata.audit.workload.stages import BACKWARD_PARTS, STAGE_PARTS, backward_factors, stage_tflops
 
@@ -76,7 +77,7 @@ def stage_efficiency_rows(report: dict) -> tuple[list[str], list[list[str]]] | N
     return ["source (TFLOP/s)", *STAGE_COLUMNS], rows
 
 
-def summary_stage_tflops(summary: dict, records: list[dict], trains: dict | None = None) -> dict[str, float | None]:
+def summary_stage_tflops(summary: dict, records: Records, trains: dict | None = None) -> dict[str, float | None]:
     """``stage_tflops`` of one source from its mean stage times and mean FLOPs per step; ``trains``: what trained
     (the workload's ``trains()``), for the backward as it ran (``stages.backward_factors``; None: everything)."""
     n = len(records) or 1
