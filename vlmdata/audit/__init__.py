@@ -17,7 +17,8 @@ The folders are the audit's flow; imports point down this list only (``tests/tes
   the model and its slice will cost (``estimate``: the slice that fits).
 - ``analysis/``: the figures: rates and intervals (``metrics``, ``resample``), the verdict and the knobs, the
   decision audit (``decisions``, ``knob_effects``, ``cards``), stragglers, the slice composition (``compose``),
-  the layout composition and the benchmark's attribution (``layout``, ``attribution``).
+  the layout composition and the benchmark's attribution (``layout``, ``attribution``); the typed records the
+  phases hand the report (``result_types``: ``StepRecord``, ``SourceResult``, ``Measurement``, ``Report``).
 - ``logs/``: two training logs compared (``audit compare``).
 - ``report/``: the report's tables, plots and files.
 - ``phases/``: one run as phases (``runner``: census, warm-up, live loaders, measured rounds, stop rule, result),
