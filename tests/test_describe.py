@@ -13,6 +13,8 @@ import pytest
 import vlmdata
 from vlmdata.audit.analysis.compose import Composition
 from vlmdata.audit.phases.warmup import Warmup
+from vlmdata.audit.planning.resolve import resolve
+from vlmdata.audit.settings.config import AuditConfig
 from vlmdata.audit.settings.model_config import read_model_config
 from vlmdata.audit.settings.run_spec import RunSpec
 from vlmdata.audit.workload.collector import Collector
@@ -59,6 +61,7 @@ def _instances() -> list:
     return [
         RunSpec(ep=8, global_batch_size=32, sources={"ep": "flag"}),
         read_model_config(f"{FIX}/hf_qwen3_vl_30b_a3b.json"),
+        resolve(AuditConfig(model_config=f"{FIX}/hf_qwen3_vl_30b_a3b.json")),  # run, model, estimate nested
         Composition(4, 2, 0.5),
         Collector(manual=True, interval=10),
         warm,
