@@ -419,4 +419,3 @@ def vision_kwargs(visual, grid: torch.Tensor) -> dict[str, Any]:
         )
         out.update(image_interp_indices=idx, image_interp_weights=w)
     return out
-
