@@ -51,8 +51,8 @@ def setting_rows(plan: AuditPlan) -> list[tuple[str, Any, str]]:
     given = set(cfg.to_dict()) - {"benchmark", "loader_options", "workload_options", "sources"}
     for name, value in (
         ("device", plan.device),
-        ("compile", cfg.resolved_compile()),
-        ("logits", cfg.resolved_logits()),
+        ("compile", plan.compile),
+        ("logits", plan.logits),
         ("max_steps", plan.cap),
         ("block", plan.block),
         ("budget_s", plan.budget_s),
@@ -67,13 +67,13 @@ def setting_rows(plan: AuditPlan) -> list[tuple[str, Any, str]]:
 def _sample_real(plan: AuditPlan) -> list[dict]:
     """The FLOPs and tokens of real's first micro-batches under the run's padding (shapes mode, nothing decoded)."""
     cfg, res = plan.cfg, plan.res
-    inp = prepare_input(REAL, real_shards(cfg.resolved_real()), seed=cfg.seed, model=res.shape.loader_model)
+    inp = prepare_input(REAL, real_shards(plan.real), seed=cfg.seed, model=res.shape.loader_model)
     opts = loader_options(plan, inp, workers=0, images="shapes")
     config = res.shape.sliced(res.layers, res.experts)
     out = []
     loader = make_loader(inp.source, opts)
     for batch in loader.iter_inline():
-        out.append(step_flops(config, res.run.prepare(batch), logits=cfg.resolved_logits()))
+        out.append(step_flops(config, res.run.prepare(batch), logits=plan.logits))
         if len(out) >= SAMPLE_MICRO_BATCHES:
             break
     return out
@@ -92,7 +92,7 @@ def _real_samples(real: str) -> int | None:
 def _steps(plan: AuditPlan) -> dict[str, Any]:
     """min_steps (given, else one epoch of real on this rank), max_steps (whole rounds)."""
     cfg, per_step = plan.cfg, plan.n_micro * plan.res.run.micro_batch_size
-    samples = _real_samples(cfg.resolved_real())
+    samples = _real_samples(plan.real)
     epoch = math.ceil(samples / plan.world / per_step) if samples else None
     if cfg.min_steps is not None:
         low, why = min(cfg.min_steps, plan.cap), "given"
@@ -112,7 +112,7 @@ def _times(plan: AuditPlan, flops: list[dict], rate: float, steps: dict) -> dict
     step_s = {n: micro_flops * plan.micro_of(n) / rate for n in plan.names} if rate else {}
     round_s = sum(step_s.values()) * plan.block
     build = 2.0 + params / BUILD_PARAMS_PER_S[kind]
-    compile_s = COMPILE_S.get(plan.cfg.resolved_compile(), 0.0)
+    compile_s = COMPILE_S.get(plan.compile, 0.0)
     warm = round_s * (1 + plan.warmup) + compile_s
     census = 1.0 + 0.002 * plan.horizon * plan.n_micro * plan.res.run.micro_batch_size * len(plan.cfg.sources)
     fixed = build + census + warm

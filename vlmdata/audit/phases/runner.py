@@ -153,11 +153,11 @@ def reference_workload(plan: AuditPlan, dist=None):
         "freeze_vision_projection": all(s.freeze_vision_projection for s in specs),
         "recompute": run.recompute if not plan.arm_map else "switch",
         "attention": cfg.attention,
-        "compile": cfg.resolved_compile(),
+        "compile": plan.compile,
         "peft": res.peft,
         **cfg.workload_options,
     }
-    logits = cfg.resolved_logits()
+    logits = plan.logits
     return ReferenceWorkload(
         res.shape, plan.device, logits, dist, seed=cfg.seed, layers=res.layers, experts=res.experts, **options
     )
@@ -257,7 +257,7 @@ def run_audit(
     t_start = clock()
     phase = phase or _no_phase
     run = start_run(cfg, loader_factory or default_loader_factory(), out_dir, dist, clock, workload, phase)
-    shards = real_shards(cfg.resolved_real())
+    shards = real_shards(run.plan.real)
     result = header(run)
     try:
         t_prep = clock()

@@ -2,9 +2,10 @@
 
 An ``AuditPlan`` is the config resolved (``vlmdata.audit.planning.resolve``: the ``RunSpec``, the model, the slice),
 the default ``seq_length`` fitted to the real data (``fit_default_seq_length``), the loader workers, the
-measurement's ``block``, ``max_steps`` (whole rounds) and ``budget_s``, and the untimed ``warmup`` steps; its
-``config_dict()`` is the result's ``config``. ``loader_options(plan, inp, images)`` is the ``LoaderOptions``
-one source is opened with: the audit's (model family, seed, workers, endless epochs that wrap: every micro-batch
+measurement's ``block``, ``max_steps`` (whole rounds) and ``budget_s``, the untimed ``warmup`` steps, and the
+device defaults filled in (``logits``, ``compile``, ``real``): the one resolution of the run, read by every phase
+(none calls ``AuditConfig.resolved_*`` or ``resolve`` again); its ``config_dict()`` is the result's ``config``.
+``loader_options(plan, inp, images)`` is the ``LoaderOptions`` one source is opened with: the audit's (model family, seed, workers, endless epochs that wrap: every micro-batch
 holds ``micro_batch_size`` samples, the next epoch's first ones completing an epoch's last; pinned memory on CUDA),
 the run's padding policy (``RunSpec.loader_changes``), the user's ``loader_options`` changes, the source's own.
 """
@@ -42,6 +43,9 @@ class AuditPlan:
     cap: int  # global steps per source at most (whole rounds)
     budget_s: float
     warmup: int  # untimed global steps per source after its loader starts
+    logits: str = "all"  # the device's default filled in: "all" | "loss"
+    compile: str = "none"  # the blocks through torch.compile (the device's default filled in)
+    real: str = ""  # the real dataset (the embedded sample data when none was given)
     bench: Benchmark | None = None  # the benchmark's configuration beside the run's (vlmdata.audit.settings.benchmark)
     arm_map: dict[str, tuple[str, RunSpec]] = dataclasses.field(default_factory=dict)  # name -> (data, spec)
 
@@ -77,9 +81,9 @@ class AuditPlan:
         cfg, run = self.cfg, self.res.run
         return {
             **cfg.to_dict(),
-            "logits": cfg.resolved_logits(),
+            "logits": self.logits,
             "num_workers": self.workers,
-            "real": cfg.resolved_real(),
+            "real": self.real,
             "max_steps": self.cap,
             "block": self.block,
             "budget_s": self.budget_s,
@@ -119,6 +123,9 @@ def make_plan(cfg: AuditConfig, dist=None) -> AuditPlan:
         cap=m["max_steps"],
         budget_s=m["budget_s"],
         warmup=cfg.resolved_warmup(),
+        logits=cfg.resolved_logits(),
+        compile=cfg.resolved_compile(),
+        real=cfg.resolved_real(),
     )
 
 
