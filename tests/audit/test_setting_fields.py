@@ -145,3 +145,12 @@ def test_the_table_imports_nothing_of_the_package():
     imported = [n.module for n in nodes if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in nodes if isinstance(n, ast.Import) for a in n.names]
     assert not any(str(m).startswith("vlmdata") for m in imported), imported
+
+
+def test_the_benchmark_set_help_lists_exactly_the_benchmark_keys():
+    """`--benchmark-set`'s help names its keys by hand (settings/fields.py is pure data): it lists exactly
+    ``benchmark.BENCHMARK_KEYS``, each once, so a key added to one and not the other fails here."""
+    from vlmdata.audit.settings.benchmark import BENCHMARK_KEYS
+
+    listed = [k.strip().rstrip(".") for k in HELP["benchmark_set"].split("Keys: ", 1)[1].split(", ")]
+    assert len(listed) == len(set(listed)) and set(listed) == set(BENCHMARK_KEYS)
