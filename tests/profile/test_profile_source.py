@@ -72,3 +72,17 @@ def test_profile_honours_allow_outside_root(tmp_path):
     out = tmp_path / "p.json"
     assert cli(["profile", path, "-o", str(out), "--allow-outside-root", "--decode-images", "0", "-q"]) == 0
     assert load_profile(str(out))["summary"]["samples"] == 2
+
+
+def test_compare_reads_a_source_side_with_the_source_flags(odd_columns, tmp_path, capsys):
+    """`vlmdata compare PROFILE SOURCE` profiles the source side with the same flags `vlmdata profile` has:
+    without the columns the source cannot be read (a clear error, exit 2), with them it compares (a side against
+    its own profile: every metric but decode time, a timing, has KS 0 and passes)."""
+    ref = tmp_path / "ref.json"
+    cols = ["--image-column", "picture", "--text-column", "words"]
+    assert cli(["profile", odd_columns, "-o", str(ref), "--decode-images", "0", "-q", *cols]) == 0
+    assert cli(["compare", str(ref), odd_columns, "-q"]) == 2
+    assert "no image column" in capsys.readouterr().err
+    assert cli(["compare", str(ref), odd_columns, "-q", "--json", *cols]) in (0, 1)  # 1 only on decode time
+    rows = [r for r in json.loads(capsys.readouterr().out)["metrics"] if r["metric"] != "decode_ms_per_image"]
+    assert rows and all(r["status"] == "PASS" and r["ks"] == 0 for r in rows)

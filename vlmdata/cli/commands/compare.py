@@ -1,4 +1,5 @@
-"""vlmdata compare A B"""
+"""vlmdata compare A B: two profiles, datasets or sources (a side that is not a profile is profiled now, read with the
+source flags ``vlmdata profile`` has), KS distances and medians per metric, PASS/FAIL, exit 1 when one fails."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import dataclasses
 from rich.table import Table
 
 from vlmdata.cli.console import EXIT_FAIL, EXIT_OK, UserError, err, out, print_json, progress
+from vlmdata.cli.source_args import add_source_args, source_request
 from vlmdata.profile.compare import (
     DEFAULT_THRESHOLDS,
     METRICS,
@@ -51,11 +53,15 @@ def add_parser(sub):
     p.add_argument("--tokenizer", help="tokenizer folder for profiling a dataset side")
     p.add_argument("--plot", help="write overlaid histograms of A and B to this PNG")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_source_args(p, shards=True)  # how a source side is read, as `vlmdata profile` reads it
     return p
 
 
 def _opts(ref: dict | None, args) -> ProfileOptions:
+    """How a dataset or source side is profiled: the other side's model and limits (when it is a profile), the
+    source flags (``cli.source_args``: the same request ``vlmdata profile`` would make)."""
     o = options_from(ref, args.tokenizer) if ref else ProfileOptions(tokenizer=args.tokenizer)
+    o = dataclasses.replace(o, source=source_request(args))
     return dataclasses.replace(o, model=args.model) if args.model else o
 
 
