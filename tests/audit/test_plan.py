@@ -134,6 +134,32 @@ def test_the_budget_bounds_the_whole_run_on_a_fake_clock():
     assert rep["stopped"].startswith(f"stopped after {m['steps_per_source']} steps per source: the time budget")
 
 
+def test_the_budget_counts_from_the_command_start_and_keeps_room_for_the_report():
+    """The command spent a fake second before the runner (its checks and plan): measuring ends by the budget less
+    that second and less REPORT_SHARE of the budget kept for the analysis and the report; without ``started`` the
+    same run measures more rounds."""
+    from vlmdata.audit.phases.runner import REPORT_SHARE
+
+    def run(started):
+        clock = FakeClock()
+        clock.now = 1.0  # the command began at 0
+        cfg = AuditConfig(
+            sources=("imagefree", "real"),
+            global_batch_size=2,
+            min_steps=30,
+            max_steps=30,
+            budget_s=4.0,
+            loader_options=SMALL_PIXELS,
+        )
+        r = run_audit(cfg, clock=clock, workload=ShapeCostWorkload(clock, first_seen_ms=200.0), started=started)
+        return clock.now, r["measurement"]
+
+    end, m = run(started=0.0)
+    assert m["stop"] == "budget" and end <= 4.0 * (1 - REPORT_SHARE)
+    end_late, m_late = run(started=None)  # counted from the runner's start: a second later
+    assert m_late["steps_run"] > m["steps_run"] and end_late > end
+
+
 def test_phases_are_reported_in_order():
     seen = []
 

@@ -110,7 +110,7 @@ def run_session(
         if plan is not None and on_plan is not None:
             on_plan(plan)
         shown = {"progress": progress, "phase": phase} if main else {}
-        report = _measure(cfg, info, sweep, out_dir, memory_limit_gb, on_config, **shown)
+        report = _measure(cfg, info, sweep, out_dir, memory_limit_gb, on_config, **shown, started=t0)
         report["wall_s"] = time.perf_counter() - t0
         if plan is not None:
             report["plan"] = plan
@@ -150,15 +150,17 @@ def _measure(
     on_config: Callable | None,
     progress: Callable | None = None,
     phase: Callable | None = None,
+    started: float | None = None,
 ) -> dict:
-    """One audit's report, or a sweep's."""
+    """One audit's report, or a sweep's (``started``: when the command began, on ``time.perf_counter``: one audit's
+    budget counts from it; a sweep's configurations each have their own)."""
     main = info is None or info.is_main
 
     def build(result: AuditResult) -> dict:  # the typed run report (result_types.Report), held as any report is
         return cast(dict, build_report(gather(result, info), threshold=cfg.threshold, seed=cfg.seed))
 
     if not sweep:
-        return build(run_audit(cfg, out_dir=out_dir, dist=info, progress=progress, phase=phase))
+        return build(run_audit(cfg, out_dir=out_dir, dist=info, progress=progress, phase=phase, started=started))
     grid = parse_sweep(list(sweep), user_step=bool(cfg.step), distributed=info is not None)
     return run_sweep(
         cfg,
