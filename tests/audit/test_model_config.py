@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from vlmdata.audit.settings.bridge_config import read_bridge_config
-from vlmdata.audit.settings.model_config import ModelConfigError, ModelShape, read_model_config, shape_from_bridge
+from vlmdata.audit.settings.bridge_model import shape_of_bridge
+from vlmdata.audit.settings.model_config import ModelConfigError, ModelShape, read_model_config
 from vlmdata.audit.workload.flops import step_flops
 from vlmdata.audit.workload.model import build_model, model_summary
 from vlmdata.audit.workload.step import TrainStep
@@ -42,7 +43,7 @@ def test_qwen2_5_vl_7b_config_json():
 
 def test_bridge_model_section_gives_the_same_shape_as_the_config_json():
     b = read_bridge_config(f"{FIX}/bridge_qwen3_vl_30b_a3b_sft.yaml")
-    a = shape_from_bridge(b.model_fields, "bridge").describe()
+    a = shape_of_bridge(b).describe()
     h = read_model_config(f"{FIX}/hf_qwen3_vl_30b_a3b.json").describe()
     assert a["decoder"] == h["decoder"]
     for k in (

@@ -278,68 +278,6 @@ def preset_shape(preset: str) -> ModelShape:
     return ModelShape(f"preset {preset}", "qwen3_vl_moe", cfg, PRESETS[preset].get("master_weights", True))
 
 
-def shape_from_bridge(fields: dict, name: str) -> ModelShape:
-    """A Qwen3-VL(-MoE) shape from a Megatron Bridge config's model fields (``BridgeRun.model_fields``:
-    Megatron's names, ``vision_config.*`` for the tower). Raises ``ModelConfigError`` when they are incomplete."""
-    from transformers import Qwen3VLConfig, Qwen3VLMoeConfig
-
-    need = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "vision_config.depth")
-    missing = [k for k in need if fields.get(k) is None]
-    if missing:
-        raise ModelConfigError(f"{name}: the model section lacks {', '.join(missing)}; give the model's config.json")
-    heads = fields["num_attention_heads"]
-    head_dim = fields.get("kv_channels") or fields["hidden_size"] // heads
-    text = {
-        **_TEXT_COMMON,
-        "vocab_size": fields["vocab_size"],
-        "hidden_size": fields["hidden_size"],
-        "num_hidden_layers": fields["num_layers"],
-        "num_attention_heads": heads,
-        "num_key_value_heads": fields.get("num_query_groups") or heads,
-        "head_dim": head_dim,
-        "intermediate_size": fields.get("ffn_hidden_size") or 4 * fields["hidden_size"],
-        "tie_word_embeddings": bool(fields.get("share_embeddings_and_output_weights")),
-        "rope_parameters": _rope(head_dim),
-    }
-    moe = bool(fields.get("num_moe_experts"))
-    if moe:
-        text.update(
-            num_experts=fields["num_moe_experts"],
-            num_experts_per_tok=fields.get("moe_router_topk") or 1,
-            moe_intermediate_size=fields.get("moe_ffn_hidden_size") or fields["hidden_size"],
-        )
-    else:
-        for k in ("decoder_sparse_step", "mlp_only_layers", "router_aux_loss_coef"):
-            text.pop(k, None)
-    v = {k.removeprefix("vision_config."): val for k, val in fields.items() if k.startswith("vision_config.")}
-    vision = {
-        **_VISION_COMMON,
-        **{k: v[k] for k in ("depth", "hidden_size", "intermediate_size", "num_heads", "patch_size") if v.get(k)},
-        "spatial_merge_size": v.get("spatial_merge_size") or 2,
-        "temporal_patch_size": v.get("temporal_patch_size") or 2,
-        "out_hidden_size": v.get("out_hidden_size") or fields["hidden_size"],
-        "deepstack_visual_indexes": list(
-            v.get("deepstack_visual_indexes") or fields.get("deepstack_visual_indexes") or []
-        ),
-        "num_position_embeddings": v.get("num_position_embeddings") or 2304,
-    }
-    cls = Qwen3VLMoeConfig if moe else Qwen3VLConfig
-    ids: dict[str, Any] = {
-        k: fields.get(k) or d
-        for k, d in (
-            ("image_token_id", IMAGE_TOKEN_ID),
-            ("video_token_id", VIDEO_TOKEN_ID),
-            ("vision_start_token_id", VISION_START_TOKEN_ID),
-            ("vision_end_token_id", VISION_END_TOKEN_ID),
-        )
-    }
-    try:
-        cfg = cls(text_config=text, vision_config=vision, tie_word_embeddings=text["tie_word_embeddings"], **ids)
-    except (TypeError, ValueError) as e:
-        raise ModelConfigError(f"{name}: transformers cannot build the model from its fields ({e})") from None
-    return ModelShape(name, "qwen3_vl_moe" if moe else "qwen3_vl", cfg, True)
-
-
 def _load_json(path: str) -> dict:
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
