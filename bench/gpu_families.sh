@@ -23,7 +23,8 @@
 # Back in OUTDIR (four files whatever the number of cells, within the device's 8-file limit): summary.txt (one
 # line per cell: exit code, seconds, the verdict line, compile seconds, graphs per part, fallbacks), matrix.md
 # (bench/families_summary.py over the cells' reports), families.tar.gz (every cell's report.json/.md and its log,
-# TORCH_LOGS=recompiles included), smi.csv (GPU clocks every 500 ms). Env: FAM_STEPS, FAM_BUDGET, FAM_TIMEOUT,
+# TORCH_LOGS=recompiles included, and bench/audit_traced.py's lines: when main returned, dynamo's compile-time
+# breakdown, the stacks the exit waited on), smi.csv (GPU clocks every 500 ms). Env: FAM_STEPS, FAM_BUDGET, FAM_TIMEOUT,
 # FAM_EXTRA (more audit flags, e.g. "--compile none" for the eager figures beside the compiled ones).
 set -uo pipefail
 OUTDIR=$1; shift
@@ -56,7 +57,7 @@ for cell in "${CELLS[@]}"; do
   read -r yaml json <<< "$(recipe "$name")"
   if [ -z "${yaml:-}" ]; then echo "$cell: unknown cell" | tee -a "$OUTDIR/summary.txt"; continue; fi
   rm -rf "${W:?}/$cell"; t0=$SECONDS
-  timeout "${FAM_TIMEOUT:-200}" python3 -m vlmdata audit --device cuda --num-workers 3 --threads 8 \
+  timeout "${FAM_TIMEOUT:-200}" python3 bench/audit_traced.py audit --device cuda --num-workers 3 --threads 8 \
     --bridge-config "$yaml" --model-config "$json" --sources "$src" \
     ${FAM_STEPS:+--max-steps $FAM_STEPS} ${FAM_BUDGET:+--budget-s $FAM_BUDGET} ${FAM_EXTRA:-} -o "$W/$cell" \
     > "$W/$cell.log" 2>&1
@@ -71,7 +72,8 @@ print(f"compile {c.get('compile_seconds', 0):.0f} s, graphs " + " ".join(f"{p} {
 EOF
 )
   recompiles=$(grep -c "Recompiling function" "$W/$cell.log")
-  echo "$cell: exit $rc after $dt s; ${line:-no verdict}; ${stats:-no report}; $recompiles recompiles logged" \
+  ret=$(grep -o "main returned [0-9.]* s" "$W/$cell.log" | head -1)
+  echo "$cell: exit $rc after $dt s (${ret:-main did not return}); ${line:-no verdict}; ${stats:-no report}; $recompiles recompiles logged" \
     | tee -a "$OUTDIR/summary.txt"
   [ $rc -ne 0 ] && grep -E "Error|Traceback" "$W/$cell.log" | tail -3
   tar czf "$OUTDIR/families.tar.gz" --exclude='*.html' --exclude=synthetic-twin -C /tmp fam  # a cut-off call keeps what ran

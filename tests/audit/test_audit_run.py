@@ -8,7 +8,7 @@ import socket
 import pytest
 import torch
 from audit_clocked_step import clocked
-from audit_fakes import SMALL_PIXELS, FakeClock, ShapeCostWorkload
+from audit_fakes import SMALL_PIXELS, FakeClock, ShapeCostWorkload, TowerWarmWorkload
 
 from vlmdata.audit.analysis.ranks import merge_ranks, stragglers
 from vlmdata.audit.analysis.verdict import GAP_METRICS
@@ -79,6 +79,27 @@ def test_without_shape_warmup_the_order_changes_the_answer(tmp_path):
     ra, rb = ratios(a), ratios(b)
     assert max(abs(rb[k] / ra[k] - 1) for k in ra) > 0.03
     assert sum(r["first_seen_shapes"] for _, s in a["sources"].items() for r in s["records"]) > 0
+
+
+def test_a_micro_batch_whose_new_shapes_are_the_towers_warms_the_tower_alone(tmp_path):
+    """Padded to seq_length, every micro-batch has the same token shape and nearly each a new patch count: the
+    warm-up runs the tower alone for those (not a whole decoder forward and backward), and still no first-seen
+    shape falls in a timed step."""
+    clock = FakeClock()
+    work = TowerWarmWorkload(clock)
+    cfg = AuditConfig(
+        sources=SOURCES, min_steps=6, max_steps=6, block=3, loader_options=SMALL_PIXELS, global_batch_size=2,
+        seq_policy="max", seq_length=1024,
+    )  # fmt: skip
+    res = run_audit(cfg, clock=clock, workload=work, out_dir=str(tmp_path))
+    warm = res["measurement"]["warmup"]
+    assert warm["vision_batches"] == work.tower_warms > 0
+    assert warm["shape_batches"] == work.tower_warms + work.full_warms  # the full first step is not a warm()
+    assert work.full_warms < work.tower_warms  # most are the tower's alone
+    assert not any(work.step_charges[1:])
+    assert all(r["first_seen_shapes"] == 0 for s in res["sources"].values() for r in s["records"])
+    md = open(write_report(build_report([res], threshold=0.10), str(tmp_path))["md"]).read()
+    assert f"({warm['vision_batches']} of them the vision tower alone" in md
 
 
 def test_sources_are_interleaved_in_rotating_rounds(order_runs):

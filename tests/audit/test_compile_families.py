@@ -162,6 +162,30 @@ def test_compiled_graphs_do_not_grow_with_grids_and_lengths(family, tmp_path, fr
     step.close()
 
 
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_tower_alone_warms_new_grids_through_the_steps_graphs(family, tmp_path, fresh_compile):
+    """``warm_vision`` (the warm-up's pass for a micro-batch whose new items are all the tower's) runs the
+    vision tower forward and backward through the graphs the whole step built: new grids build none; a
+    text-only batch runs nothing (False); gradients are dropped."""
+    model = build_model(tiny_shape(tmp_path, FAMILIES[family]), "cpu")
+    compiled.compile_blocks(model, "all")
+    step = TrainStep(model, logits="loss")
+    batches = family_batches(model, 12)
+    for b in batches[:4]:  # one of each kind
+        step.warm(b)
+    before = _graphs()
+    seen = {
+        tuple(g) for b in batches[:4] if (t := b["visual_inputs"]["image_grid_thw"]) is not None for g in t.tolist()
+    }
+    new = {tuple(g) for b in batches[4:] if (t := b["visual_inputs"]["image_grid_thw"]) is not None for g in t.tolist()}
+    assert len(new - seen) >= 5  # grids the tower has not met
+    ran = [step.warm_vision(b) for b in batches[4:]]
+    assert ran == [b["visual_inputs"]["image_grid_thw"] is not None for b in batches[4:]] and not all(ran)
+    assert _graphs() == before
+    assert all(p.grad is None for p in model.parameters())
+    step.close()
+
+
 class _Run:
     """What ``result._compile_summary`` reads of a run: the workload's description."""
 

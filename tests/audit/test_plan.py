@@ -247,3 +247,25 @@ def test_a_budget_stop_short_of_an_interval_says_what_budget_would_measure_one()
     )
     assert stop_words({**m, "measure_seconds": 96.0, "steps_per_source": 5, "rounds": 5}).endswith("another round")
     assert stop_words({**m, "measure_seconds": 96.0, "stop": "max_steps"}).endswith("was reached")
+
+
+def test_the_command_line_budget_counts_from_the_commands_start(monkeypatch):
+    """`vlmdata audit` hands the session the moment the command began (``vlmdata.cli.STARTED``, before torch and
+    transformers were imported), so ``--budget-s`` bounds the whole command, its imports included."""
+    import vlmdata.cli
+    from vlmdata.audit.phases import session
+    from vlmdata.cli.main import main
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def spy(cfg, **kw):
+        seen.update(kw)
+        raise Stop
+
+    monkeypatch.setattr(session, "run_session", spy)
+    with pytest.raises(Stop):
+        main(["audit", "--max-steps", "1", "--quiet"])
+    assert seen["started"] == vlmdata.cli.STARTED

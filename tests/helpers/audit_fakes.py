@@ -1,6 +1,7 @@
 """Test doubles for the audit: a workload that costs a fixed, known time per step on a fake clock, plus a
 one-off charge the first time it meets each shape item (like cuDNN building a plan per new sequence length)."""
 
+from vlmdata.audit.workload.batch_shapes import VISION_ITEMS
 from vlmdata.audit.workload.flops import count_tokens
 from vlmdata.audit.workload.model import IMAGE_TOKEN_ID
 from vlmdata.audit.workload.workloads import shape_items
@@ -62,6 +63,32 @@ class ShapeCostWorkload:
 
     def close(self):
         pass
+
+
+class TowerWarmWorkload(ShapeCostWorkload):
+    """``ShapeCostWorkload`` with the reference workload's ``warm_vision``: the tower alone costs patches/100 ms
+    plus the first-seen charge of its own new items, and counts its calls."""
+
+    def __init__(self, clock: FakeClock, first_seen_ms: float = 40.0):
+        super().__init__(clock, first_seen_ms)
+        self.tower_warms = 0
+        self.full_warms = 0
+
+    def warm(self, batch):
+        self.full_warms += 1
+        super().warm(batch)
+
+    def warm_vision(self, batch) -> bool:
+        grid = batch["visual_inputs"].image_grid_thw
+        if grid is None:
+            return False
+        items = {i for i in shape_items(batch) if i[0] in VISION_ITEMS}
+        new = len(items - self.seen)
+        self.seen |= items
+        self.charged_in_warm += new
+        self.tower_warms += 1
+        self.clock.now += (int(grid.prod(-1).sum()) / 100 + self.first_seen_ms * new) / 1e3
+        return True
 
 
 class MemoryBudgetWorkload(ShapeCostWorkload):

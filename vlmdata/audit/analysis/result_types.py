@@ -128,10 +128,12 @@ class WarmupBlock(TypedDict):
     """The warm-up's entry of the measurement (``phases.warmup.Warmup.describe``)."""
 
     shape_batches: int
+    vision_batches: int  # of shape_batches: the vision tower alone (their new items were its own)
     full_steps: int
     shape_items: int
     seconds: float
     loader_steps_per_source: int
+    loader_model_micro: int  # micro-batches of each untimed step that ran the model (the rest only loaded)
     loader_seconds: float
 
 

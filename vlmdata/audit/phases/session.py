@@ -76,6 +76,7 @@ def run_session(
     on_config: Callable[[int, int, dict], None] | None = None,
     phase: Callable | None = None,
     on_plan: Callable[[dict], None] | None = None,
+    started: float | None = None,
 ) -> AuditSession:
     """Check, measure, report (module docstring).
 
@@ -90,6 +91,8 @@ def run_session(
         phase: ``phase(name, detail)`` -> context manager around each phase before the measured rounds (rank 0).
         on_plan: called with the plan (``preview.preview``) before anything is built (rank 0); the report keeps
             it as ``plan``.
+        started: the ``time.perf_counter()`` reading when the command began (the CLI's: its imports count);
+            None: this call's start. ``budget_s`` and the report's ``wall_s`` count from it.
 
     Returns:
         An ``AuditSession``; the report has ``wall_s``.
@@ -101,7 +104,7 @@ def run_session(
         check_out_dir(out_dir, real=cfg.resolved_real(), profile=cfg.profile)
     if threads:
         torch.set_num_threads(threads)
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if started is None else started
     info = init_distributed(cfg.device)
     step_limit = set_step_limit(cfg.measure_settings()["budget_s"], hard=True)  # no --step call outlasts it
     main = info is None or info.is_main

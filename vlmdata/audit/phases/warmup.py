@@ -5,9 +5,13 @@
 - ``first_step()``: one full global step (optimizer state, gradient sync, main-gradient buffers) per configuration
   measured (``plan.names``: with a benchmark, each configuration's own optimizer path), untimed;
 - ``shapes(steps)``: the census's micro-batches of these global steps that bring a shape item nothing warmed
-  yet run forward and backward untimed (no optimizer step), one round ahead of the measured rounds; under
-  torchrun every rank warms the same number of batches (``agree_max``). Between rounds the time is kept
-  apart (``in_rounds``): it is not part of the measuring budget;
+  yet run forward and backward untimed (no optimizer step), one round ahead of the measured rounds; where
+  every new item is the vision tower's (``batch_shapes.vision_only``: a new patch count or image grid in a
+  micro-batch whose token shape is warmed, e.g. every micro-batch padded to ``seq_length``), the tower alone
+  runs (``warm_vision``; ``stats["vision_batches"]``): on the H200 a padded Qwen3-VL-30B-A3B micro-batch is
+  about 0.5 s of decoder and a few tens of ms of tower, and nearly every real micro-batch brings a new patch
+  count. Under torchrun every rank warms the same number of batches (``agree_max``). Between rounds the time
+  is kept apart (``in_rounds``): it is not part of the measuring budget;
 - ``seen(items)``: the items a timed step brought that were not warmed (expected none), now warmed.
 
 ``warm_up(run, warm, loaders)`` is the phase: the first step, the first round's shapes, then each source's
@@ -25,6 +29,7 @@ import torch
 
 from vlmdata.audit.phases.census import Census
 from vlmdata.audit.sources.registry import REAL
+from vlmdata.audit.workload.batch_shapes import vision_only
 from vlmdata.audit.workload.distributed import agree_max
 from vlmdata.audit.workload.workloads import materialize
 
@@ -37,8 +42,9 @@ class Warmup:
     def __init__(self, run: Any, censuses: dict[str, Census]):
         self.run, self.censuses = run, censuses
         self.warmed: set = set()
-        self.stats = {"batches": 0, "seconds": 0.0, "in_rounds": 0.0, "full_steps": 0}
+        self.stats = {"batches": 0, "vision_batches": 0, "seconds": 0.0, "in_rounds": 0.0, "full_steps": 0}
         self.loader_seconds = 0.0  # the live loaders' start and untimed steps (``warm_up``)
+        self.loader_model_micro = 0  # the most micro-batches of an untimed step that ran the model
 
     def first_step(self) -> None:
         """One full global step of real's first census batch, untimed."""
@@ -58,8 +64,9 @@ class Warmup:
         self.stats["seconds"] += run.clock() - t
         self.stats["full_steps"] = len(firsts)
 
-    def _todo(self, steps: range) -> list[tuple[str, dict]]:
-        """The census batches of ``steps`` that bring a shape item not warmed yet (now counted as warmed)."""
+    def _todo(self, steps: range) -> list[tuple[str, dict, bool]]:
+        """The census batches of ``steps`` that bring a shape item not warmed yet (now counted as warmed), each
+        with whether its new items are all the vision tower's."""
         run, todo = self.run, []
         for name in run.plan.names:
             if name in run.oom:
@@ -67,9 +74,10 @@ class Warmup:
             n_micro = run.plan.micro_of(name)
             c = self.censuses[name]
             for i in range(steps.start * n_micro, min(len(c.items), steps.stop * n_micro)):
-                if c.items[i] - self.warmed:
-                    todo.append((name, c.batches[i]))
-                    self.warmed.update(c.items[i])
+                new = c.items[i] - self.warmed
+                if new:
+                    todo.append((name, c.batches[i], vision_only(new)))
+                    self.warmed.update(new)
         return todo
 
     def shapes(self, steps: range, between_rounds: bool = False) -> None:
@@ -80,13 +88,17 @@ class Warmup:
         todo = self._todo(steps)
         n = int(agree_max(run.dist, len(todo)))
         t = run.clock()
+        tower = getattr(run.workload, "warm_vision", None)
         for i in range(n):
-            name, batch = todo[min(i, len(todo) - 1)] if todo else (REAL, self.censuses[REAL].batches[0])
+            name, batch, vision = todo[min(i, len(todo) - 1)] if todo else (REAL, self.censuses[REAL].batches[0], False)
             if name in run.oom:
                 continue
             try:
                 run.configure(name)
-                run.workload.warm(materialize(batch))
+                if vision and tower is not None and tower(materialize(batch)):
+                    self.stats["vision_batches"] += 1
+                else:
+                    run.workload.warm(materialize(batch))
             except torch.OutOfMemoryError as e:
                 run.out_of_memory(name, "warm-up", e)
         dt = run.clock() - t
@@ -105,10 +117,12 @@ class Warmup:
         """The measurement's ``warmup`` entry."""
         return {
             "shape_batches": self.stats["batches"],
+            "vision_batches": self.stats["vision_batches"],
             "full_steps": self.stats["full_steps"],
             "shape_items": len(self.warmed),
             "seconds": self.stats["seconds"],
             "loader_steps_per_source": self.run.plan.warmup,
+            "loader_model_micro": self.loader_model_micro,
             "loader_seconds": self.loader_seconds,
         }
 
@@ -129,7 +143,7 @@ def warm_up(run: Any, warm: Warmup, loaders: Any, phase: Any = None) -> float:
         warm.shapes(range(0, min(plan.horizon, plan.warmup + plan.block)))
         t = run.clock()
         loaders.start()
-        loaders.untimed_steps(plan.warmup)
+        warm.loader_model_micro = loaders.untimed_steps(plan.warmup)
     warm.loader_seconds = run.clock() - t
     return warm.loader_seconds
 

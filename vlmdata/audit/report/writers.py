@@ -77,14 +77,24 @@ def _method_line(report: dict) -> str:
     return (
         f"{m.get('steps_per_source')} steps per source in {m.get('rounds')} interleaved rounds of "
         f"{m.get('block')} (order rotating each round), stopped by {m.get('stop')}; every shape warmed first "
-        f"({w.get('shape_batches')} warm-up batches, {w.get('shape_items')} shape items, "
+        f"({w.get('shape_batches')} warm-up batches{_vision_part(w)}, {w.get('shape_items')} shape items, "
         f"{w.get('seconds', 0):.1f} s) and {w.get('loader_steps_per_source')} untimed step(s) per source after "
-        f"its loader started; load average {_loads(report.get('environment', {}).get('load_average'))} at the "
+        f"its loader started{_model_part(w)}; load average {_loads(report.get('environment', {}).get('load_average'))} at the "
         f"start, {_loads(m.get('load_average_end'))} at the end."
         + (f" {gc_line}" if (gc_line := describe_line(m.get("gc"))) else "")
         + _compile_line(m.get("compile"))
         + _wrap_line(m)
     )
+
+
+def _vision_part(w: dict) -> str:
+    n = w.get("vision_batches")
+    return f" ({n} of them the vision tower alone: only their image sizes were new)" if n else ""
+
+
+def _model_part(w: dict) -> str:
+    k = w.get("loader_model_micro")
+    return f" (the model on the last {k} micro-batches of each)" if k and w.get("loader_steps_per_source") else ""
 
 
 def _wrap_line(m: dict) -> str:

@@ -399,7 +399,7 @@ SETTINGS: tuple[Setting, ...] = (
         "warmup",
         "measure",
         "--warmup",
-        "extra untimed training steps per source after its loader starts (default {cpu[warmup]} CPU / {gpu[warmup]} CUDA; every shape is warmed anyway)",
+        "extra untimed training steps per source after its loader starts, the model on the last 4 micro-batches of each (default {cpu[warmup]} CPU / {gpu[warmup]} CUDA; every shape is warmed anyway)",
     ),
     Setting(
         "precision",

@@ -1,6 +1,8 @@
 """What a batch is made of, read without running it: its samples, images, patches and visual tokens
-(``batch_shape``), the shapes a step on it runs kernels for (``shape_items``: the warm-up warms each new one),
-and its pixel rows in memory (``materialize``: the census's shapes-only batches carry a zero-stride view).
+(``batch_shape``), the shapes a step on it runs kernels for (``shape_items``: the warm-up warms each new one;
+``vision_only(items)``: True when every item of a set is one the vision tower alone runs kernels for, which the
+warm-up then warms with the tower alone), and its pixel rows in memory (``materialize``: the census's shapes-only
+batches carry a zero-stride view).
 """
 
 from __future__ import annotations
@@ -11,7 +13,11 @@ import torch
 
 from vlmdata.audit.settings.model_config import IMAGE_TOKEN_ID
 
-__all__ = ["batch_shape", "shape_items", "materialize"]
+__all__ = ["batch_shape", "shape_items", "vision_only", "materialize", "VISION_ITEMS"]
+
+# the shape items only the vision tower runs kernels for: a new one needs the tower, not the decoder, warmed
+# (the decoder's sequence shape is the ("tokens", B, S) item; the image embeddings it takes in are index work)
+VISION_ITEMS = ("patches", "image")
 
 
 def _visual(batch: dict, key: str):
@@ -49,6 +55,16 @@ def shape_items(batch: dict, loss_tokens: bool = False, per_image: bool = True) 
     if loss_tokens:
         items.add(("loss_tokens", int((torch.as_tensor(batch["loss_mask"]) > 0).sum())))
     return frozenset(items)
+
+
+def _kind(item: tuple) -> str:
+    """An item's kind; a workload's configuration-tagged item is ``(config, item)``."""
+    return item[0] if isinstance(item[0], str) else _kind(item[-1])
+
+
+def vision_only(items) -> bool:
+    """True when ``items`` is not empty and every one of them is a vision tower item (``VISION_ITEMS``)."""
+    return bool(items) and all(_kind(i) in VISION_ITEMS for i in items)
 
 
 def materialize(batch: dict) -> dict:

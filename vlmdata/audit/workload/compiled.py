@@ -12,7 +12,8 @@ would otherwise share), always with the same signature:
   ``max_seqlen``, ``position_embeddings``, ``attention_mask``, ``position_ids``, ...), **without** the
   precomputed vision inputs (``image_*``, ``video_*``) that the Qwen-VL models hand down through every
   ``**kwargs`` (into the decoder layers too: absent on image-free batches, one shape per image count, they
-  made a new graph per batch kind);
+  made a new graph per batch kind), and for a vision block without the flags no vision block reads
+  (``VISION_DROPPED``: Qwen3-VL hands ``use_cache`` down to its tower; the tower run alone does not);
 - for a packed decoder row (``kernels.packed``), its sample boundaries as the attention's own
   ``cu_seq_lens_q`` / ``max_length_q`` arguments: a traced input and a symbolic int, instead of a module
   global read inside the graph (a constant there: one graph per packed row's longest sample).
@@ -48,6 +49,9 @@ from vlmdata.audit.workload import kernels
 PART_NAMES = ("vision", "decoder")
 DEFAULT_MAX_GRAPHS = 12  # per part: a few per batch kind (packed or padded rows, images or none, sizes 0/1)
 DROPPED_PREFIXES = ("image_", "video_")  # the model's precomputed vision inputs, handed down to every block
+# flags the model's forward hands down to the vision blocks too, which no vision block reads: without them a
+# block's call is the same whether the whole model or the tower alone runs (the warm-up's ``warm_vision``)
+VISION_DROPPED = ("use_cache",)
 
 _COMPILE_ON = set(PART_NAMES)  # the parts whose patched blocks run compiled (set_compiled)
 _BUDGET = {"max_graphs": DEFAULT_MAX_GRAPHS, "backend": "inductor"}
@@ -105,6 +109,8 @@ def _stable_kwargs(part: str, hidden_states, kwargs: dict) -> dict:
     """The block's keyword arguments without the handed-down vision inputs; a packed decoder row's boundaries
     as the attention's own arguments."""
     kw = {k: v for k, v in kwargs.items() if not k.startswith(DROPPED_PREFIXES)}
+    if part == "vision":
+        kw = {k: v for k, v in kw.items() if k not in VISION_DROPPED}
     packed = kernels.packed_now()
     if part == "decoder" and packed is not None and hidden_states.shape[0] == 1 and "cu_seq_lens_q" not in kw:
         kw.update(

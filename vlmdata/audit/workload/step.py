@@ -104,6 +104,13 @@ def _to(x, device):
     return x.to(device, non_blocking=True) if isinstance(x, torch.Tensor) else x
 
 
+def _tensors(x) -> list[torch.Tensor]:
+    """The tensors in ``x`` (a tensor, or nested lists and tuples of them; None: none)."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    return [t for item in (x or ()) for t in _tensors(item)]
+
+
 def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
     """Bridge's loss: sum(CE * loss_mask) / sum(loss_mask); labels are already shifted.
     Shapes: logits [..., V], labels and loss_mask [...]."""
@@ -354,6 +361,36 @@ class TrainStep:
         self.optimizer.zero_grad(set_to_none=True)
         if self.cuda:
             torch.cuda.synchronize(self.device)
+
+    def warm_vision(self, batch: dict) -> bool:
+        """The vision tower alone on ``batch``'s images, forward and backward (into whatever of it trains),
+        untimed; gradients dropped. Warms a new image grid or patch count (its kernels, plans and allocator
+        sizes) when the batch's decoder shapes are warmed already: a micro-batch padded to ``seq_length`` costs
+        a whole decoder forward and backward, its tower a fraction of that. The same compiled vision graphs
+        and kernels as the step's (the host-computed segments included). Returns False, running nothing, where
+        the batch has no images or the tower cannot run alone (an FSDP root: its unsharding hooks are the
+        whole model's); the caller then warms the whole micro-batch."""
+        vis = batch.get("visual_inputs")
+        pv, grid = visual_field(vis, "pixel_values"), visual_field(vis, "image_grid_thw")
+        inner: Any = getattr(self.model, "model", None)
+        if self.fsdp or pv is None or grid is None or not hasattr(inner, "get_image_features"):
+            return False
+        _, vkw = self._host_inputs(batch)
+        host = [vkw[k].tolist() for k in ("image_cu_seqlens", "image_cu_window_seqlens") if k in vkw]
+        dev = self.device
+        with kernels.packed(None, None), kernels.host_segments(*host):
+            kw = {k: _to(v, dev) for k, v in vkw.items()}
+            out = inner.get_image_features(
+                _to(pv, dev), _to(grid, dev), return_dict=True, **kw
+            )  # as the model calls it
+            parts = [*_tensors(getattr(out, "pooler_output", out)), *_tensors(getattr(out, "deepstack_features", None))]
+            total = torch.stack([t.float().sum() for t in parts]).sum()
+            if total.requires_grad:  # a frozen tower and projection: forward only, as in the step
+                total.backward()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        return True
 
     def __call__(self, batch: dict) -> dict[str, Any]:
         """One global step of one micro-batch."""

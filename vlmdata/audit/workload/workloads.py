@@ -14,7 +14,9 @@ function) is adapted by ``as_global_steps``. Besides that it says
   size in a Qwen3-VL vision tower on an H200 with transformers' per-image SDPA path, forward and again
   backward), so the runner warms every item before timing anything;
 - ``warm(batch)``: run the batch untimed so that every such setup happens (reference: forward + backward,
-  no gradient sync, no optimizer step, weights untouched; user step: one call);
+  no gradient sync, no optimizer step, weights untouched; user step: one call); the reference workload also
+  has ``warm_vision(batch)``, its vision tower alone (``TrainStep.warm_vision``), for a batch whose new items
+  are all the tower's (``batch_shapes.vision_only``); it returns False where it ran nothing;
 - ``flops(batch)``: model FLOPs and token counts of the batch (``vlmdata.audit.workload.flops``);
 - ``recover()``: after an out-of-memory error, drop gradients and cached blocks so the run can go on.
 
@@ -272,6 +274,9 @@ class ReferenceWorkload:
 
     def warm(self, batch: dict) -> None:
         self.step.warm(batch)
+
+    def warm_vision(self, batch: dict) -> bool:
+        return self.step.warm_vision(batch)
 
     def begin_step(self, micro_batches: int = 1) -> None:
         self.step.reset_peak_memory()

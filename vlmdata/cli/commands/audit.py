@@ -153,6 +153,7 @@ def run(args) -> int:
     with phase("start-up", "loading torch, transformers and the audit"):
         # the measuring stack (torch, the model, the loaders): imported when an audit runs, not by `audit --help`
         from vlmdata.audit.phases.session import plan_only, run_session
+    from vlmdata.cli import STARTED  # the command's start: the budget counts from it
 
     if args.plan:
         plan = plan_only(cfg, threads=args.threads)
@@ -168,7 +169,7 @@ def run(args) -> int:
 
     sweep = {"sweep": args.sweep, "memory_limit_gb": args.memory_limit_gb}
     shows = {"progress": bar, "on_config": announce, "phase": phase, "on_plan": show_plan if shown else None}
-    s = run_session(cfg, out_dir=args.out, threads=args.threads, **shows, **sweep)
+    s = run_session(cfg, out_dir=args.out, threads=args.threads, started=STARTED, **shows, **sweep)
     if not s.main:
         return EXIT_OK  # rank 0 carries the verdict; torchrun then reports its code (as 1)
     show_report(s.report, s.paths, as_json=args.json, quiet=args.quiet)
