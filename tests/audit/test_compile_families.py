@@ -8,7 +8,7 @@ joint forward/backward trace, where an operator's backward is traced too), witho
 12 batches (vision 1, decoder 2); before the fix aot_eager built 47 over them, a new one every batch. The
 "eager" backend misses the guards AOTAutograd adds. Tiny versions of the real ``config.json`` fixtures: 2
 decoder layers, a 4-block vision tower (Qwen2.5-VL: window attention with full attention in blocks 1 and 3;
-Qwen3-VL: DeepStack at block 1)."""
+Qwen3-VL: DeepStack at block 1; Qwen2-VL: full attention in every block)."""
 
 import json
 import os
@@ -25,6 +25,7 @@ from vlmdata.audit.workload.step import TrainStep
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 FAMILIES = {
+    "qwen2-vl": "hf_qwen2_vl_7b.json",
     "qwen2.5-vl": "hf_qwen2_5_vl_7b.json",
     "qwen3-vl": "hf_qwen3_vl_8b.json",
     "qwen3-vl-moe": "hf_qwen3_vl_30b_a3b.json",
@@ -61,7 +62,10 @@ def tiny_shape(tmp_path, fixture: str):
         text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
     rope = text.get("rope_scaling") or c.get("rope_scaling")
     rope["mrope_section"] = [2, 3, 3]  # head_dim 16: 8 frequencies
-    vision.update(depth=4, hidden_size=64, intermediate_size=128, num_heads=4, out_hidden_size=64)
+    if "embed_dim" in vision:  # Qwen2-VL: the tower's width is embed_dim, its hidden_size the merger's output
+        vision.update(depth=4, embed_dim=64, mlp_ratio=2, num_heads=4, hidden_size=64)
+    else:
+        vision.update(depth=4, hidden_size=64, intermediate_size=128, num_heads=4, out_hidden_size=64)
     if "fullatt_block_indexes" in vision:
         vision["fullatt_block_indexes"] = [1, 3]
     if "deepstack_visual_indexes" in vision:
@@ -268,3 +272,31 @@ def test_compiled_packed_rows_compute_what_the_plain_blocks_compute(tmp_path, fr
     for g, r in zip(grads, ref_grads):
         assert float((g - r).norm()) <= 1e-4 * float(r.norm()) + 1e-6
     step.close()
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_towers_widths_are_the_built_models(family, tmp_path):
+    """``vision_widths`` (what the FLOPs and the memory estimate read) is the width and MLP width of the tower
+    transformers builds, in every family (Qwen2-VL names them embed_dim and embed_dim x mlp_ratio)."""
+    from vlmdata.audit.settings.model_config import vision_widths
+
+    model = build_model(tiny_shape(tmp_path, FAMILIES[family]), "cpu")
+    block = model.model.visual.blocks[0]
+    width, mlp = vision_widths(model.config.vision_config)
+    assert block.attn.qkv.in_features == width
+    assert max(m.out_features for m in block.mlp.modules() if isinstance(m, torch.nn.Linear)) == mlp
+
+
+def test_qwen2_vl_flops_count_its_towers_width_not_its_output(tmp_path):
+    """Qwen2-VL's vision hidden_size is the merger's output (the decoder's 64 here), its tower embed_dim wide:
+    the FLOPs of one 4x4-patch image through the tiny tower (width 64, MLP 128, 4 blocks)."""
+    from vlmdata.audit.workload.flops import vision_flops
+
+    model = build_model(tiny_shape(tmp_path, FAMILIES["qwen2-vl"]), "cpu")
+    vc = model.config.vision_config
+    assert (vc.embed_dim, vc.mlp_ratio, vc.hidden_size, vc.depth) == (64, 2, 64, 4)
+    vis, proj = vision_flops(vc, 64, [[1, 4, 4]])
+    P = 3 * 2 * 14 * 14  # values per patch
+    per_patch = 2 * P * 64 + 4 * 2 * (4 * 64 * 64 + 2 * 64 * 128)  # patch embedding; 4 blocks of QKV/O and MLP
+    assert vis == 3 * (16 * per_patch + 4 * 64 * 4 * 16**2)  # forward + backward; full attention in every block
+    assert proj == 3 * 4 * 2 * (16 * 64 * 64 + 4 * 64 * 64)  # 4 merged tokens: (256 x 256) then (256 x 64)

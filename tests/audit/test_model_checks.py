@@ -18,6 +18,7 @@ from vlmdata.loaders.options import LoaderOptions
 FIX = "tests/audit/fixtures"
 MOE = json.load(open(f"{FIX}/hf_qwen3_vl_30b_a3b.json"))
 DENSE25 = json.load(open(f"{FIX}/hf_qwen2_5_vl_7b.json"))
+DENSE2 = json.load(open(f"{FIX}/hf_qwen2_vl_7b.json"))
 SFT = yaml.safe_load(open(f"{FIX}/bridge_qwen3_vl_30b_a3b_sft.yaml"))
 
 
@@ -96,6 +97,38 @@ def test_config_json_fields_are_checked_before_transformers(tmp_path, section, c
 def test_qwen2_5_vl_flat_layout_is_checked(tmp_path, changes, match):
     with pytest.raises(ModelConfigError, match=match):
         read_model_config(_json(tmp_path, _set(DENSE25, None, **changes)))
+
+
+def test_qwen2_vl_reads_as_its_own_family_with_its_towers_names():
+    """Qwen2-VL-7B-Instruct's published config.json: the decoder at the top level, the tower ``embed_dim`` wide
+    with an MLP of ``mlp_ratio`` times that, its ``hidden_size`` the merger's output; ``in_chans`` (the file's
+    old name) is not transformers' ``in_channels``, so that one default is listed."""
+    s = read_model_config(f"{FIX}/hf_qwen2_vl_7b.json")
+    assert (s.family, s.loader_model, s.layers, s.experts) == ("qwen2-vl", "qwen2-vl", 28, None)
+    v = s.describe()["vision"]
+    assert (v["depth"], v["hidden_size"], v["mlp_width"], v["patch_size"]) == (32, 1280, 5120, 14)
+    assert s.defaults == ("vision_config.in_channels=3",)
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        (
+            {"vision_config": {**DENSE2["vision_config"], "hidden_size": 4096}},
+            "hidden_size 4096 must equal the decoder's hidden_size 3584",
+        ),
+        ({"vision_config": {**DENSE2["vision_config"], "embed_dim": 1000}}, "num_heads 16 must split embed_dim 1000"),
+        ({"vision_config": {**DENSE2["vision_config"], "mlp_ratio": 0}}, "vision_config.mlp_ratio must be 1..64"),
+        ({"vision_config": {**DENSE2["vision_config"], "patch_size": 16}}, "patch_size is 16; .* need 14"),
+        (
+            {"vision_config": {k: v for k, v in DENSE2["vision_config"].items() if k != "embed_dim"}},
+            "embed_dim is missing",
+        ),
+    ],
+)
+def test_qwen2_vl_fields_are_checked_by_its_own_names(tmp_path, changes, match):
+    with pytest.raises(ModelConfigError, match=match):
+        read_model_config(_json(tmp_path, _set(DENSE2, None, **changes)))
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from vlmdata.audit.settings.model_config import FAMILIES, ModelShape
+from vlmdata.audit.settings.model_config import ADAPTED_TOWERS, FAMILIES, ModelShape, vision_widths
 from vlmdata.audit.sources.registry import AuditError
 from vlmdata.audit.workload.flops import lm_flops
 from vlmdata.audit.workload.lora import apply_lora
@@ -145,7 +145,7 @@ def peak_memory(
     tokens = run.micro_batch_size * run.seq_length
     patches = int(tokens * VISUAL_SHARE) * shape.vision.spatial_merge_size**2
     tr = params.trainable_by_part
-    vision_keeps = bool(tr.get("vision")) or (peft is not None and shape.model_type != "qwen2_5_vl")
+    vision_keeps = bool(tr.get("vision")) or (peft is not None and shape.model_type in ADAPTED_TOWERS)
     decoder_keeps = vision_keeps or bool(tr.get("language") or tr.get("projection") or tr.get("adapters"))
     n_layers = layers or shape.layers
     per_layer = tokens * _decoder_elements(shape.text) * w
@@ -156,7 +156,8 @@ def peak_memory(
         else per_layer
     )
     v = shape.vision
-    per_block = patches * int(8 * v.hidden_size + 2.5 * v.intermediate_size) * w
+    hv, iv = vision_widths(v)
+    per_block = patches * int(8 * hv + 2.5 * iv) * w
     vision = int(v.depth * per_block * keep + per_block) if vision_keeps else per_block
     head_tokens = tokens if logits == "all" else tokens // LOSS_SHARE
     head = (
@@ -232,7 +233,8 @@ def step_flops_estimate(shape: ModelShape, layers: int | None, run: Any, logits:
     lm = lm_flops(tc, run.micro_batch_size, run.seq_length, head_tokens=head)
     v = shape.vision
     patches = int(tokens * VISUAL_SHARE) * v.spatial_merge_size**2
-    vision = 6 * patches * v.depth * (4 * v.hidden_size**2 + 2 * v.hidden_size * v.intermediate_size)
+    hv, iv = vision_widths(v)
+    vision = 6 * patches * v.depth * (4 * hv**2 + 2 * hv * iv)
     return float((lm + vision) * run.micro_batches)
 
 

@@ -127,7 +127,7 @@ SETTINGS: tuple[Setting, ...] = (
         "model_config",
         "model",
         "--model-config",
-        "take the model's shape from a Hugging Face Qwen3-VL / Qwen3-VL-MoE / Qwen2.5-VL config.json (or the checkpoint folder holding it); random weights, nothing downloaded",
+        "take the model's shape from a Hugging Face Qwen3-VL / Qwen3-VL-MoE / Qwen2.5-VL / Qwen2-VL config.json (or the checkpoint folder holding it); random weights, nothing downloaded",
     ),
     Setting(
         "slice_layers",

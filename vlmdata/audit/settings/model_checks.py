@@ -3,7 +3,7 @@ transformers or torch sees it (``check_shape``), and a run's parallel sizes chec
 split (``check_parallel``).
 
 The fields arrive by transformers' names in three mappings, ``text`` (the decoder: ``text_config``, or the top
-level of a Qwen2.5-VL ``config.json``), ``vision`` (``vision_config``) and ``top`` (the token ids), from a
+level of a Qwen2-VL or Qwen2.5-VL ``config.json``), ``vision`` (``vision_config``) and ``top`` (the token ids), from a
 ``config.json`` (``model_config.read_model_config``) or from a Megatron Bridge YAML's model section
 (``bridge_checks.check_bridge_fields``). ``label`` names a field as its source spells it
 (``text_config.hidden_size``, ``model.num_query_groups``), so every ``ModelConfigError`` names the file and the
@@ -17,9 +17,10 @@ key. The rules:
 - **Shapes the model can be built with** (Megatron and transformers): the key-value heads divide the
   attention heads; a head's width (``head_dim``, else hidden / heads, which must then divide) is even (RoPE),
   and the MRoPE sections sum to half of it; top-k within the experts; the vision width divides into heads of a
-  multiple of 4 (its 2-D rotary embedding); the patch size is the family's (16 for Qwen3-VL, 14 for Qwen2.5-VL:
-  the loaders' processors cut those patches), temporal patch 2, spatial merge 2, 3 input channels; the vision
-  output width is the decoder's hidden size; DeepStack and full-attention indexes are blocks of the tower
+  multiple of 4 (its 2-D rotary embedding); the patch size is the family's (16 for Qwen3-VL, 14 for Qwen2-VL and
+  Qwen2.5-VL: the loaders' processors cut those patches), temporal patch 2, spatial merge 2, 3 input channels; the
+  vision output width is the decoder's hidden size (Qwen2-VL names the tower's width ``embed_dim`` and its output
+  ``hidden_size``, its MLP ``embed_dim * mlp_ratio`` wide); DeepStack and full-attention indexes are blocks of the tower
   (DeepStack features enter at most as many decoder layers as there are); a Qwen2.5-VL window is a whole
   number of merged patches.
 - **Token ids** (``image_token_id`` and the vision start / end and video ids) must be the Qwen tokenizer's, the
@@ -46,6 +47,7 @@ __all__ = [
     "shape_defaults_note",
     "family_defaults",
     "FAMILY_PATCH",
+    "QWEN2_DECODERS",
     "MAX_LAYERS",
     "MAX_EXPERTS",
     "MAX_WIDTH",
@@ -64,16 +66,22 @@ MAX_VOCAB = 1 << 24
 MAX_POSITIONS = 1 << 24
 MAX_LIST = 1024  # entries of an index list (DeepStack, full-attention blocks, dense layers)
 
-FAMILY_PATCH = {"qwen3_vl_moe": 16, "qwen3_vl": 16, "qwen2_5_vl": 14}  # the loaders' processors' patch sizes
+FAMILY_PATCH = {"qwen3_vl_moe": 16, "qwen3_vl": 16, "qwen2_5_vl": 14, "qwen2_vl": 14}  # the loaders' processors'
 _CLASSES = {  # model_type -> transformers' (text, vision) config classes: the defaults of missing fields
     "qwen3_vl_moe": ("Qwen3VLMoeTextConfig", "Qwen3VLMoeVisionConfig"),
     "qwen3_vl": ("Qwen3VLTextConfig", "Qwen3VLVisionConfig"),
     "qwen2_5_vl": ("Qwen2_5_VLTextConfig", "Qwen2_5_VLVisionConfig"),
+    "qwen2_vl": ("Qwen2VLTextConfig", "Qwen2VLVisionConfig"),
 }
+# the Qwen2 decoders: their published config.json holds the decoder's fields at the top level, and a head is
+# hidden_size / num_attention_heads wide (no head_dim)
+QWEN2_DECODERS = ("qwen2_5_vl", "qwen2_vl")
 REQUIRED = {
     "text": ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"),
     "moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
     "vision": ("depth", "hidden_size", "num_heads", "out_hidden_size"),
+    # Qwen2-VL's tower: embed_dim wide, its hidden_size the merger's output (the decoder's width)
+    "qwen2_vl_vision": ("depth", "embed_dim", "num_heads", "hidden_size"),
 }
 _TEXT_INTS = {
     "vocab_size": MAX_VOCAB,
@@ -97,6 +105,8 @@ _VISION_INTS = {
     "num_heads": MAX_HEADS,
     "intermediate_size": MAX_FFN,
     "out_hidden_size": MAX_WIDTH,
+    "embed_dim": MAX_WIDTH,
+    "mlp_ratio": 64,
     "patch_size": 1024,
     "spatial_merge_size": 64,
     "temporal_patch_size": 64,
@@ -119,6 +129,7 @@ _OPTIONAL_SHAPE = {  # optional fields that change the model's shape: listed whe
     "vision": ("intermediate_size", "patch_size", "spatial_merge_size", "temporal_patch_size", "in_channels"),
     "qwen3": ("num_position_embeddings", "deepstack_visual_indexes"),
     "qwen2_5_vl": ("window_size", "fullatt_block_indexes"),
+    "qwen2_vl": (),
 }
 ROPE_TYPES = ("default", "mrope")
 
@@ -221,7 +232,8 @@ def check_shape(
         if not isinstance(d, dict):
             raise c.fail(section, "", f"must be a mapping, not {_kind(d)}")
     moe = model_type == "qwen3_vl_moe"
-    for section, names in (("text", REQUIRED["text"]), ("vision", REQUIRED["vision"])):
+    vision_required = REQUIRED["qwen2_vl_vision" if model_type == "qwen2_vl" else "vision"]
+    for section, names in (("text", REQUIRED["text"]), ("vision", vision_required)):
         for key in names + (REQUIRED["moe"] if moe and section == "text" else ()):
             if (text if section == "text" else vision).get(key) is None:
                 raise c.fail(section, key, "is missing: the model's shape cannot be known without it")
@@ -240,12 +252,13 @@ def check_shape(
     _text_relations(c, t, model_type)
     _vision_relations(c, v, t, model_type)
     filled = [("text", k) for k in _OPTIONAL_SHAPE["text"] + (_OPTIONAL_SHAPE["moe"] if moe else ())]
-    fam = _OPTIONAL_SHAPE["qwen2_5_vl" if model_type == "qwen2_5_vl" else "qwen3"]
-    filled += [("vision", k) for k in _OPTIONAL_SHAPE["vision"] + fam]
+    fam = _OPTIONAL_SHAPE[model_type if model_type in QWEN2_DECODERS else "qwen3"]
+    mlp = ("mlp_ratio",) if model_type == "qwen2_vl" else ("intermediate_size",)  # the tower's MLP width
+    filled += [("vision", k) for k in mlp + _OPTIONAL_SHAPE["vision"][1:] + fam]
     return [
         f"{label(s, k)}={default_value(t if s == 'text' else v, k)}"
         for s, k in filled
-        if (text if s == "text" else vision).get(k) is None and not (k == "head_dim" and model_type == "qwen2_5_vl")
+        if (text if s == "text" else vision).get(k) is None and not (k == "head_dim" and model_type in QWEN2_DECODERS)
     ]
 
 
@@ -264,7 +277,7 @@ def default_value(d: dict, key: str):
 
 def head_width(t: dict, model_type: str) -> int | None:
     """The decoder's head width: ``head_dim`` (Qwen3 families), else hidden / heads (None: not whole)."""
-    if model_type != "qwen2_5_vl" and t.get("head_dim"):
+    if model_type not in QWEN2_DECODERS and t.get("head_dim"):
         return t["head_dim"]
     return None if t["hidden_size"] % t["num_attention_heads"] else t["hidden_size"] // t["num_attention_heads"]
 
@@ -328,10 +341,13 @@ def _rope(c: _Checker, t: dict, hd: int) -> None:
 
 
 def _vision_relations(c: _Checker, v: dict, t: dict, model_type: str) -> None:
-    width, heads = v["hidden_size"], v["num_heads"]
+    width_key, out_key = (
+        ("embed_dim", "hidden_size") if model_type == "qwen2_vl" else ("hidden_size", "out_hidden_size")
+    )
+    width, heads = v[width_key], v["num_heads"]
     if width % heads or (width // heads) % 4:
         raise c.fail(
-            "vision", "num_heads", f"{heads} must split hidden_size {width} into heads whose width is a multiple of 4"
+            "vision", "num_heads", f"{heads} must split {width_key} {width} into heads whose width is a multiple of 4"
         )
     patch = FAMILY_PATCH[model_type]
     for key, want in (("patch_size", patch), ("temporal_patch_size", 2), ("spatial_merge_size", 2), ("in_channels", 3)):
@@ -339,13 +355,11 @@ def _vision_relations(c: _Checker, v: dict, t: dict, model_type: str) -> None:
             raise c.fail(
                 "vision", key, f"is {_short(v.get(key))}; the {model_type} processors the loaders use need {want}"
             )
-    if v["out_hidden_size"] != t["hidden_size"]:
-        raise c.fail(
-            "vision",
-            "out_hidden_size",
-            f"{v['out_hidden_size']} must equal the decoder's hidden_size {t['hidden_size']}",
-        )
+    if v[out_key] != t["hidden_size"]:
+        raise c.fail("vision", out_key, f"{v[out_key]} must equal the decoder's hidden_size {t['hidden_size']}")
     depth = v["depth"]
+    if model_type == "qwen2_vl":  # every block full attention, no DeepStack
+        return
     if model_type == "qwen2_5_vl":
         if v.get("fullatt_block_indexes") is not None:
             c.int_list("vision", "fullatt_block_indexes", v["fullatt_block_indexes"], depth)

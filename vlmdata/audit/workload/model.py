@@ -207,6 +207,8 @@ def model_summary(model) -> dict[str, Any]:
                     "depth",
                     "hidden_size",
                     "intermediate_size",
+                    "embed_dim",  # Qwen2-VL: the tower's width (its hidden_size is the merger's output)
+                    "mlp_ratio",
                     "num_heads",
                     "patch_size",
                     "temporal_patch_size",
