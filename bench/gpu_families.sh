@@ -3,6 +3,8 @@
 #   bash bench/gpu_families.sh OUTDIR [CELL...]
 # CELL: NAME or NAME-rev (the reverse source order). NAME, each its Bridge recipe (tests/audit/fixtures, written by
 # Bridge 0.6.2's own recipe functions) and its model's published config.json:
+#   q2-7b     Qwen2-VL-7B         bridge_qwen2_5_vl_7b_sft.yaml        hf_qwen2_vl_7b.json     (Bridge 0.6.2 has no
+#             Qwen2-VL recipe: the Qwen2.5-VL-7B SFT recipe's run settings, the Qwen2-VL model; the report notes it)
 #   q25-3b    Qwen2.5-VL-3B       bridge_qwen2_5_vl_3b_sft.yaml        hf_qwen2_5_vl_3b.json   (SFT, in-batch packing)
 #   q25-7b    Qwen2.5-VL-7B       bridge_qwen2_5_vl_7b_sft.yaml        hf_qwen2_5_vl_7b.json   (SFT, in-batch packing)
 #   q3-4b     Qwen3-VL-4B         bridge_qwen3_vl_8b_sft.yaml          hf_qwen3_vl_4b.json     (Bridge 0.6.2 has no
@@ -41,6 +43,7 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,utilizatio
 F=tests/audit/fixtures
 recipe() {  # NAME -> "YAML JSON"
   case $1 in
+    q2-7b) echo "$F/bridge_qwen2_5_vl_7b_sft.yaml $F/hf_qwen2_vl_7b.json" ;;
     q25-3b) echo "$F/bridge_qwen2_5_vl_3b_sft.yaml $F/hf_qwen2_5_vl_3b.json" ;;
     q25-7b) echo "$F/bridge_qwen2_5_vl_7b_sft.yaml $F/hf_qwen2_5_vl_7b.json" ;;
     q3-4b) echo "$F/bridge_qwen3_vl_8b_sft.yaml $F/hf_qwen3_vl_4b.json" ;;
