@@ -69,6 +69,22 @@ def test_the_plan_of_each_recipe_kind_names_what_is_measured(fixed_device):
     assert trained["adapters"] == peft["measured"]["params"]["trainable"] > 0  # LoRA: the adapters only
 
 
+def test_the_warm_up_estimate_follows_what_the_warm_up_runs(fixed_device):
+    """Every micro-batch padded to seq_length (the pretrain-mock recipe: PP 2 and EP 4): the shape warm-up is
+    about a round of the tower alone; the untimed step runs the model on 4 of its 16 micro-batches. Without the
+    fixed length (Qwen2.5-VL-7B's SFT recipe packs its rows) a round of whole micro-batches."""
+    from vlmdata.audit.phases.live_loaders import UNTIMED_MODEL_MICRO
+
+    fixed = preview(AuditConfig(bridge_config=f"{FIX}/bridge_qwen3_vl_30b_a3b_pretrain_mock.yaml", warmup=1))
+    t = fixed["times"]
+    assert fixed["settings"] and t["round_s"] > 0
+    assert 0 < t["shape_warmup_s"] < 0.5 * t["round_s"]  # the tower's share of a padded micro-batch
+    assert t["untimed_steps_s"] == pytest.approx(t["round_s"] * UNTIMED_MODEL_MICRO / 16)
+    assert t["warmup_s"] == pytest.approx(t["shape_warmup_s"] + t["untimed_steps_s"] + t["compile_s"])
+    free = preview(AuditConfig(bridge_config=f"{FIX}/bridge_qwen2_5_vl_7b_sft.yaml", warmup=0))["times"]
+    assert free["shape_warmup_s"] == pytest.approx(free["round_s"]) and free["untimed_steps_s"] == 0
+
+
 def test_a_slice_that_will_not_fit_is_refused_before_anything_is_built(monkeypatch):
     import vlmdata.audit.workload.workloads as workloads
 

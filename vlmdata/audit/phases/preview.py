@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from vlmdata.audit.phases.live_loaders import UNTIMED_MODEL_MICRO
 from vlmdata.audit.phases.stop import STOP_RULE
 from vlmdata.audit.planning.estimate import EFFICIENCY, count_params, device_flops, human_gib
 from vlmdata.audit.planning.plan import AuditPlan, loader_options, make_plan
@@ -113,7 +114,15 @@ def _times(plan: AuditPlan, flops: list[dict], rate: float, steps: dict) -> dict
     round_s = sum(step_s.values()) * plan.block
     build = 2.0 + params / BUILD_PARAMS_PER_S[kind]
     compile_s = COMPILE_S.get(plan.compile, 0.0)
-    warm = round_s * (1 + plan.warmup) + compile_s
+    # the shape warm-up: about a round of micro-batches, each the tower alone where the token shape is fixed
+    # (warmup.Warmup.shapes); the untimed steps: the model on UNTIMED_MODEL_MICRO micro-batches of each
+    total = sum(f["total_flops"] for f in flops)
+    tower = sum(f["vision_flops"] + f["projector_flops"] for f in flops) / total if total else 1.0
+    shapes_s = round_s * (tower if plan.res.run.fixed_length else 1.0)
+    untimed_s = plan.warmup * sum(
+        s * min(plan.micro_of(n), UNTIMED_MODEL_MICRO) / plan.micro_of(n) for n, s in step_s.items()
+    )
+    warm = shapes_s + untimed_s + compile_s
     census = 1.0 + 0.002 * plan.horizon * plan.n_micro * plan.res.run.micro_batch_size * len(plan.cfg.sources)
     fixed = build + census + warm
     room = plan.budget_s - fixed
@@ -125,6 +134,8 @@ def _times(plan: AuditPlan, flops: list[dict], rate: float, steps: dict) -> dict
         "model_build_s": build,
         "census_s": census,
         "warmup_s": warm,
+        "shape_warmup_s": shapes_s,
+        "untimed_steps_s": untimed_s,
         "compile_s": compile_s,
         "before_measuring_s": fixed,
         "expected_steps": expected,

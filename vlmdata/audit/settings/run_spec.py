@@ -168,6 +168,12 @@ class RunSpec:
         """Bridge's step pads every micro-batch to seq_length (PP > 1 or EP > 1)."""
         return self.pp > 1 or self.ep > 1
 
+    @property
+    def fixed_length(self) -> bool:
+        """Every micro-batch is computed at ``seq_length`` (``max``, or Bridge's rule forcing it): one token shape,
+        so what a new micro-batch brings is its images' shapes."""
+        return self.seq_policy == "max" or (self.seq_policy == "bridge" and self.force_seq_length)
+
     def step_multiple(self) -> int:
         """The multiple Bridge's Qwen3-VL step pads to: lcm(TP * (2 CP if CP > 1 else 1), 16)."""
         divisible = self.tp * self.cp * 2 if self.cp > 1 else self.tp
@@ -196,8 +202,7 @@ class RunSpec:
         out: dict[str, Any] = {"seq_length": self.seq_length, "micro_batch_size": self.micro_batch_size}
         if self.seq_policy == "pack":
             return out | {"packing": True, "pad_to_max_length": False}
-        force = self.seq_policy == "max" or (self.seq_policy == "bridge" and self.force_seq_length)
-        return out | {"packing": False, "pad_to_max_length": force, "pad_to_multiple_of": 128}
+        return out | {"packing": False, "pad_to_max_length": self.fixed_length, "pad_to_multiple_of": 128}
 
     def prepare(self, batch: dict) -> dict:
         """The batch as Bridge's step computes it: a padded batch from the loader (already at the collate's
