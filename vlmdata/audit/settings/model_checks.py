@@ -76,12 +76,14 @@ _CLASSES = {  # model_type -> transformers' (text, vision) config classes: the d
 # the Qwen2 decoders: their published config.json holds the decoder's fields at the top level, and a head is
 # hidden_size / num_attention_heads wide (no head_dim)
 QWEN2_DECODERS = ("qwen2_5_vl", "qwen2_vl")
+# the vision tower's (width, MLP width, output width) fields: Qwen2-VL's tower is embed_dim wide with an MLP of
+# mlp_ratio times that, its hidden_size the merger's output (the decoder's width); the later families' below
+TOWER_NAMES = {"qwen2_vl": ("embed_dim", "mlp_ratio", "hidden_size")}
+TOWER_DEFAULT_NAMES = ("hidden_size", "intermediate_size", "out_hidden_size")
 REQUIRED = {
     "text": ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"),
     "moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
-    "vision": ("depth", "hidden_size", "num_heads", "out_hidden_size"),
-    # Qwen2-VL's tower: embed_dim wide, its hidden_size the merger's output (the decoder's width)
-    "qwen2_vl_vision": ("depth", "embed_dim", "num_heads", "hidden_size"),
+    "vision": ("depth", "num_heads"),  # and the tower's width and output width (TOWER_NAMES)
 }
 _TEXT_INTS = {
     "vocab_size": MAX_VOCAB,
@@ -126,7 +128,7 @@ _BOOLS = ("tie_word_embeddings", "attention_bias", "use_cache", "norm_topk_prob"
 _OPTIONAL_SHAPE = {  # optional fields that change the model's shape: listed when a default fills them
     "text": ("num_key_value_heads", "head_dim", "intermediate_size"),
     "moe": ("decoder_sparse_step",),
-    "vision": ("intermediate_size", "patch_size", "spatial_merge_size", "temporal_patch_size", "in_channels"),
+    "vision": ("patch_size", "spatial_merge_size", "temporal_patch_size", "in_channels"),  # and the MLP width
     "qwen3": ("num_position_embeddings", "deepstack_visual_indexes"),
     "qwen2_5_vl": ("window_size", "fullatt_block_indexes"),
     "qwen2_vl": (),
@@ -232,8 +234,8 @@ def check_shape(
         if not isinstance(d, dict):
             raise c.fail(section, "", f"must be a mapping, not {_kind(d)}")
     moe = model_type == "qwen3_vl_moe"
-    vision_required = REQUIRED["qwen2_vl_vision" if model_type == "qwen2_vl" else "vision"]
-    for section, names in (("text", REQUIRED["text"]), ("vision", vision_required)):
+    width, mlp, out = TOWER_NAMES.get(model_type, TOWER_DEFAULT_NAMES)
+    for section, names in (("text", REQUIRED["text"]), ("vision", (*REQUIRED["vision"], width, out))):
         for key in names + (REQUIRED["moe"] if moe and section == "text" else ()):
             if (text if section == "text" else vision).get(key) is None:
                 raise c.fail(section, key, "is missing: the model's shape cannot be known without it")
@@ -253,8 +255,7 @@ def check_shape(
     _vision_relations(c, v, t, model_type)
     filled = [("text", k) for k in _OPTIONAL_SHAPE["text"] + (_OPTIONAL_SHAPE["moe"] if moe else ())]
     fam = _OPTIONAL_SHAPE[model_type if model_type in QWEN2_DECODERS else "qwen3"]
-    mlp = ("mlp_ratio",) if model_type == "qwen2_vl" else ("intermediate_size",)  # the tower's MLP width
-    filled += [("vision", k) for k in mlp + _OPTIONAL_SHAPE["vision"][1:] + fam]
+    filled += [("vision", k) for k in (mlp, *_OPTIONAL_SHAPE["vision"], *fam)]
     return [
         f"{label(s, k)}={default_value(t if s == 'text' else v, k)}"
         for s, k in filled
@@ -341,9 +342,7 @@ def _rope(c: _Checker, t: dict, hd: int) -> None:
 
 
 def _vision_relations(c: _Checker, v: dict, t: dict, model_type: str) -> None:
-    width_key, out_key = (
-        ("embed_dim", "hidden_size") if model_type == "qwen2_vl" else ("hidden_size", "out_hidden_size")
-    )
+    width_key, _, out_key = TOWER_NAMES.get(model_type, TOWER_DEFAULT_NAMES)
     width, heads = v[width_key], v["num_heads"]
     if width % heads or (width // heads) % 4:
         raise c.fail(

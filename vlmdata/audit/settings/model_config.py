@@ -258,6 +258,7 @@ class ModelShape:
     def describe(self) -> dict[str, Any]:
         """The shape's fields for reports."""
         t, v = self.text, self.vision
+        widths = vision_widths(v)
         return {
             "name": self.name,
             "family": self.family,
@@ -276,8 +277,8 @@ class ModelShape:
             },
             "vision": {
                 "depth": v.depth,
-                "hidden_size": vision_widths(v)[0],
-                "mlp_width": vision_widths(v)[1],
+                "hidden_size": widths[0],
+                "mlp_width": widths[1],
                 "heads": v.num_heads,
                 "patch_size": v.patch_size,
                 "spatial_merge_size": v.spatial_merge_size,

@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vlmdata.audit.settings.model_config import ADAPTED_TOWERS
+
 __all__ = ["LoRALinear", "apply_lora", "ADAPTER_ATTR", "adapter_params"]
 
 ADAPTER_ATTR = "_vlmdata_adapter"
@@ -163,7 +165,7 @@ def _decoder(model: Any, targets: set[str], spec: Any, r_expert: int) -> dict[st
 
 def _vision(model: Any, targets: set[str], spec: Any) -> int:
     vis = model.model.visual
-    if not hasattr(vis, "deepstack_merger_list"):  # Qwen2.5-VL: transformers' tower in Bridge, not adapted
+    if model.config.model_type not in ADAPTED_TOWERS:  # Qwen2.5-VL: transformers' tower in Bridge, not adapted
         return 0
     r, scale, drop, n = spec.dim, spec.scale, spec.dropout, 0
     for block in vis.blocks:
