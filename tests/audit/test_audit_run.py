@@ -365,6 +365,8 @@ def test_two_ranks_under_torchrun(tmp_path):
         "-q",
     ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=560)
+    failed = [ln for ln in r.stderr.splitlines() if "[rank1]" in ln or "Error" in ln][:40]  # what the ranks said
+    assert (tmp_path / "report.json").exists(), f"exit {r.returncode}: " + "\n".join(failed)
     rep = json.loads((tmp_path / "report.json").read_text())
     assert rep["world_size"] == 2 and rep["verdict"]["status"] == "MISLEADING", r.stderr[-2000:]
     n = rep["measurement"]["steps_per_source"]
