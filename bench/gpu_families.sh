@@ -14,6 +14,8 @@
 #   a3b-pre   Qwen3-VL-30B-A3B    bridge_qwen3_vl_30b_a3b_pretrain_mock.yaml (the pretrain-mock recipe as the run)
 #   a3b-lora  Qwen3-VL-30B-A3B    bridge_qwen3_vl_30b_a3b_peft.yaml    (LoRA)
 #   235b      Qwen3-VL-235B-A22B  bridge_qwen3_vl_235b_a22b_sft.yaml   hf_qwen3_vl_235b_a22b.json (a slice)
+# NAME-pack (e.g. q3-8b-pack, q3-4b-pack-rev): the recipe with in-batch packing (--seq-policy pack); Bridge 0.6.2's
+#   Qwen3-VL dense SFT recipes pad, and the issue asks for the dense family packed too.
 # Default cells: q25-7b q25-3b q3-4b q3-8b a3b 235b (forward order). Each is the default 3-source audit
 #   vlmdata audit --device cuda --bridge-config YAML --model-config JSON --sources imagefree,bridge-noise,real
 # with the default plan (--compile all on CUDA, --budget-s 150 for the whole command, --max-steps 24), killed at
@@ -55,14 +57,15 @@ recipe() {  # NAME -> "YAML JSON"
   esac
 }
 for cell in "${CELLS[@]}"; do
-  name=${cell%-rev}; src=imagefree,bridge-noise,real
+  name=${cell%-rev}; src=imagefree,bridge-noise,real; pack=
   [ "$name" != "$cell" ] && src=real,bridge-noise,imagefree
+  [ "${name%-pack}" != "$name" ] && { name=${name%-pack}; pack="--seq-policy pack"; }
   read -r yaml json <<< "$(recipe "$name")"
   if [ -z "${yaml:-}" ]; then echo "$cell: unknown cell" | tee -a "$OUTDIR/summary.txt"; continue; fi
   rm -rf "${W:?}/$cell"; t0=$SECONDS
   timeout "${FAM_TIMEOUT:-200}" python3 bench/audit_traced.py audit --device cuda --num-workers 3 --threads 8 \
     --bridge-config "$yaml" --model-config "$json" --sources "$src" \
-    ${FAM_STEPS:+--max-steps $FAM_STEPS} ${FAM_BUDGET:+--budget-s $FAM_BUDGET} ${FAM_EXTRA:-} -o "$W/$cell" \
+    ${FAM_STEPS:+--max-steps $FAM_STEPS} ${FAM_BUDGET:+--budget-s $FAM_BUDGET} $pack ${FAM_EXTRA:-} -o "$W/$cell" \
     > "$W/$cell.log" 2>&1
   rc=$?; dt=$((SECONDS - t0))
   line=$(grep -E "^(MISLEADING|OK|UNDECIDED)" "$W/$cell.log" | head -1 | cut -c1-240)

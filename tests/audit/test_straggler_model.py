@@ -361,6 +361,44 @@ def test_calibrate_matches_each_sources_measured_mean():
     assert out["a"].fixed_ms == pytest.approx(20.0) and out["a"].optimizer_ms == 5.0
 
 
+def test_a_joint_fit_that_gives_a_source_no_time_calibrates_to_its_measured_mean():
+    """All the fit's cost on the patch terms and a source without images: its model is its measured mean as a
+    fixed cost (the torchrun audit once died dividing by the zero step time of such a model)."""
+    from vlmdata.audit.analysis.straggler_model import calibrate
+
+    cost = CostModel(0.0, 0.0, 0.05, 0.0, 0.0)
+    micro = [{"ms": ms, "tokens_total": 64, "patches": 0, "patch_sq": 0, "source": "imagefree"} for ms in (2.0, 4.0)]
+    micro += [
+        {"ms": 0.05 * p, "tokens_total": 64, "patches": p, "patch_sq": p * p, "source": "real"} for p in (64, 256)
+    ]
+    out = calibrate(cost, micro)
+    free = out["imagefree"]
+    assert (free.fixed_ms, free.per_token_ms, free.per_patch_ms, free.per_patch_sq_ms) == (3.0, 0.0, 0.0, 0.0)
+    assert free.fit["calibration_factor"] is None and "measured mean" in free.fit["calibration"]
+    assert out["real"].fit["calibration_factor"] == pytest.approx(1.0)
+    census = {"imagefree": [Sample(64, ())] * 8, "real": [Sample(64, (64,)), Sample(64, (256,))] * 4}
+    r = simulate(
+        census, out, micro_batch_size=1, micro_batches_per_rank=2, dp_sizes=[1, 2], padded_len=unpadded, steps=4
+    )
+    assert r["sources"]["imagefree"][2]["step_ms"] == pytest.approx(6.0)
+    assert r["sources"]["imagefree"][2]["straggler_factor"] == pytest.approx(1.0)
+
+
+def test_a_cost_model_of_zero_time_is_an_error_naming_the_source_not_a_division_by_zero():
+    zero = CostModel(0.0, 0.0, 0.0, 0.0, 0.0)
+    with pytest.raises(AuditError, match="predicts 0 ms for every step of source 'real'"):
+        simulate(
+            {"real": [Sample(10, ())] * 4}, zero, micro_batch_size=1, micro_batches_per_rank=1, padded_len=unpadded
+        )
+
+
+def test_check_ranks_skips_steps_of_no_time():
+    from vlmdata.audit.analysis.straggler_model import check_ranks
+
+    rec = {"step_ms": 0.0, "times_ms": {}, "micro": [{"ms": 0.0, "tokens_total": 8, "patches": 0, "patch_sq": 0}]}
+    assert check_ranks({"real": [[rec, rec], [rec, rec]]}) == {}
+
+
 def test_check_ranks_predicts_the_slowest_rank_exactly_on_a_linear_cost():
     from vlmdata.audit.analysis.straggler_model import check_ranks
 

@@ -17,8 +17,11 @@ CLOCK = FakeClock()
 
 
 def _spend(ms: float, flops: float | None = 1e9) -> dict:
+    """Advance the clock by ``ms``; ``total`` is that cost too, so every per-micro-batch time the audit records
+    (the straggler model's input) is the fake clock's, not the machine's (a step's ``total`` defaults to its
+    real wall time: under load, noise the straggler model then fitted)."""
     CLOCK.now += ms / 1e3
-    return {"flops": flops, "loss": 0.0, "times_ms": {"step": ms}}
+    return {"flops": flops, "loss": 0.0, "times_ms": {"step": ms, "total": ms}}
 
 
 def by_visual_tokens(batch):

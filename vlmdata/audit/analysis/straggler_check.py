@@ -100,10 +100,13 @@ def check_ranks(per_rank: Mapping[str, Sequence[Records]], sync: str = "step") -
             else:
                 pred = max(sum(p) for p in per) + c.optimizer_ms
             times = [float(r["step_ms"]) for r in step]
+            mean_pred = float(np.mean([sum(p) for p in per])) + c.optimizer_ms
+            if not (max(times) > 0 and mean_pred > 0):
+                continue  # a step of no measured or no modelled time has no factor (never a division by zero)
             measured.append(max(times))
             predicted.append(pred)
             fm.append(max(times) / float(np.mean(times)))
-            fp.append(pred / (float(np.mean([sum(p) for p in per])) + c.optimizer_ms))
+            fp.append(pred / mean_pred)
         if measured:
             out[name] = {
                 "measured_ms": float(np.mean(measured)),

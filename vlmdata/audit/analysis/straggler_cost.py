@@ -153,7 +153,11 @@ def calibrate(cost: CostModel, micro: list[dict]) -> dict[str, CostModel]:
     """One cost model per source: the joint fit scaled so that its mean over each source's measured
     micro-batches equals their measured mean (the joint fit gives how cost varies with tokens and patches; the
     scale absorbs what a linear model misses per source, e.g. a decoder bound by kernel launches on short
-    image-free batches). The optimizer term is not scaled. The factors are in each model's ``fit``."""
+    image-free batches). The optimizer term is not scaled. The factors are in each model's ``fit``.
+
+    A joint fit that predicts 0 ms for every micro-batch of a source (e.g. all its cost on the patch terms and
+    the source has no images) cannot be scaled: that source gets its measured mean as a fixed cost per
+    micro-batch (``fit["calibration"]`` says so), never a model of zero time."""
     by: dict[str, list[dict]] = {}
     for m in micro:
         by.setdefault(str(m.get("source")), []).append(m)
@@ -161,7 +165,22 @@ def calibrate(cost: CostModel, micro: list[dict]) -> dict[str, CostModel]:
     for name, ms in by.items():
         pred = [float(cost_ms(cost, m["tokens_total"], m["patches"], m["patch_sq"])) for m in ms]
         meas = [float(m["ms"]) for m in ms]
-        f = (sum(meas) / sum(pred)) if sum(pred) > 0 else 1.0
+        if sum(pred) <= 0:
+            out[name] = CostModel(
+                sum(meas) / len(meas),
+                0.0,
+                0.0,
+                0.0,
+                cost.optimizer_ms,
+                {
+                    **cost.fit,
+                    "calibration_factor": None,
+                    "calibrated_on": len(ms),
+                    "calibration": "the joint fit predicts 0 ms for this source: its measured mean as a fixed cost",
+                },
+            )
+            continue
+        f = sum(meas) / sum(pred)
         out[name] = CostModel(
             cost.fixed_ms * f,
             cost.per_token_ms * f,

@@ -175,8 +175,11 @@ def _steps_for(n_per_step: int, steps: int) -> int:
     return min(steps, max(MIN_STEPS, MAX_SAMPLES // n_per_step))
 
 
-def _simulate_source(census: tuple, cost: CostModel, b: int, m: int, dp: int, steps: int, sync: str, seed: int) -> dict:
-    """Monte Carlo over ``steps`` global steps of one source at one DP size."""
+def _simulate_source(
+    name: str, census: tuple, cost: CostModel, b: int, m: int, dp: int, steps: int, sync: str, seed: int
+) -> dict:
+    """Monte Carlo over ``steps`` global steps of one source at one DP size (an error, never a division by
+    zero, when the cost model gives the source's steps no time)."""
     tokens, patches, patch_sq, rank_of, s_table = census
     n_step = dp * m * b
     stream = _EpochStream(len(tokens), seed)
@@ -195,6 +198,11 @@ def _simulate_source(census: tuple, cost: CostModel, b: int, m: int, dp: int, st
         mean_ms.append(rank_max - (rank_max[:, None] - rank_sum).mean(axis=1) + cost.optimizer_ms)
     step_all, mean_all = np.concatenate(step_ms), np.concatenate(mean_ms)
     e_step, e_mean = float(step_all.mean()), float(mean_all.mean())
+    if not e_mean > 0:
+        raise AuditError(
+            f"the cost model predicts 0 ms for every step of source {name!r} (its measured micro-batch times are "
+            "0): no straggler figure or samples/s can be simulated from it"
+        )
     return {
         "step_ms": e_step,
         # std of the shift by the first step: the same value, and exactly 0 when every step is equal
@@ -288,7 +296,7 @@ def simulate(
     steps_used = {dp: _steps_for(dp * m * b, steps) for dp in dps}
     costs = cost if isinstance(cost, dict) else {name: cost for name in censuses}
     per_source = {
-        name: {dp: _simulate_source(c, costs[name], b, m, dp, steps_used[dp], sync, seed) for dp in dps}
+        name: {dp: _simulate_source(name, c, costs[name], b, m, dp, steps_used[dp], sync, seed) for dp in dps}
         for name, c in censuses.items()
     }
     ref = per_source[real]
