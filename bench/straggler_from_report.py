@@ -77,7 +77,10 @@ def main() -> None:
             os.path.basename(path.rstrip("/")),
             sim["sync"],
             "calibration",
-            {n: round(c["fit"]["calibration_factor"], 3) for n, c in sim["cost"].items()},
+            {
+                n: round(f, 3) if (f := c["fit"]["calibration_factor"]) is not None else "mean"
+                for n, c in sim["cost"].items()
+            },
         )
     print(f"{'source':13s} {'figure':28s} {'DP':>5s}  min / median / max")
     for (n, key, dp), xs in sorted(acc.items()):

@@ -411,3 +411,12 @@ def test_check_ranks_predicts_the_slowest_rank_exactly_on_a_linear_cost():
     # step 0: rank 1 slower (10+5 + 10+1 + 5 = 31 vs 10+1+10+3+5 = 29); step 1: rank 0 (29 vs 27)
     assert out["measured_ms"] == pytest.approx(30.0) and out["predicted_ms"] == pytest.approx(30.0, rel=1e-6)
     assert abs(out["error"]) < 1e-6 and out["factor_measured"] > 1.0
+
+
+def test_the_report_says_why_no_straggler_figure_was_simulated():
+    from vlmdata.audit.report.run_tables import straggler_rows
+
+    err = "the cost model predicts 0 ms for every step of source 'real'"
+    head, rows = straggler_rows({"straggler_model": {"error": err}}) or ([], [])
+    assert head == ["straggler model"] and rows == [[f"not simulated: {err}"]]
+    assert straggler_rows({"straggler_model": None}) is None

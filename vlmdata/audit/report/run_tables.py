@@ -131,6 +131,8 @@ def composition_rows(report: dict) -> tuple[list[str], list[list[str]]] | None:
 def straggler_rows(report: dict) -> tuple[list[str], list[list[str]]] | None:
     """The simulated straggler factor and mock/real ratio per DP size."""
     sim = report.get("straggler_model")
+    if sim and sim.get("error"):
+        return ["straggler model"], [[f"not simulated: {sim['error']}"]]
     if not sim or "sources" not in sim:
         return None
     head = [
