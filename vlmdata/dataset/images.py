@@ -21,6 +21,10 @@ at the level the dataset was built with unless asked for more, the profile and t
 loader reports a failure of rule 5 as ``undecodable_image`` and a failure of rules 1-4 under the same
 reason names as the build).
 
+At level ``"header"`` JPEG and PNG headers are read without Pillow where Pillow would read them the same way
+(a frame it opens, markers and tables it accepts; a PNG's chunks before its pixel data are handed to Pillow
+itself): an image every reader would refuse at open is refused here, never written to a shard.
+
 ``data`` may be a ``Sparse`` read (the head of a file and its tail): then rule 4 is decided from the
 tail when it can be, and ``NeedFullBytes`` is raised when it cannot (the caller reads the whole file
 and checks again), so a header-level check gives the same answer as one on the whole file.
@@ -39,6 +43,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from PIL import Image, ImageOps
+from PIL.JpegImagePlugin import MARKER as _PIL_JPEG_MARKERS
 
 from vlmdata.dataset.jpeg_facts import jpeg_info, quality_from_table  # noqa: F401  # re-exported: their home is jpeg_facts
 from vlmdata.dataset.schema import FORMAT_EXT
@@ -98,7 +103,7 @@ def _exif_orientation(app1: bytes) -> int:
     t = app1[6:]
     orders: dict[bytes, Literal["little", "big"]] = {b"II": "little", b"MM": "big"}
     order = orders.get(t[:2])
-    if order is None:
+    if order is None or int.from_bytes(t[2:4], order) != 42:  # not a TIFF header: Pillow reads no EXIF
         return 1
     ifd = int.from_bytes(t[4:8], order)
     if ifd + 2 > len(t):
@@ -109,7 +114,10 @@ def _exif_orientation(app1: bytes) -> int:
         if e + 12 > len(t):
             break
         if int.from_bytes(t[e : e + 2], order) == _EXIF_ORIENTATION:
-            v = int.from_bytes(t[e + 8 : e + 10], order)
+            kind, count = int.from_bytes(t[e + 2 : e + 4], order), int.from_bytes(t[e + 4 : e + 8], order)
+            if kind not in (3, 4) or count != 1:  # not one SHORT or LONG: Pillow reads no orientation from it
+                return 1
+            v = int.from_bytes(t[e + 8 : e + (10 if kind == 3 else 12)], order)
             return v if 1 <= v <= 8 else 1
     return 1
 
@@ -128,18 +136,20 @@ def _jpeg_walk(data: bytes, limit: int) -> tuple[int, int, int, int] | None:
         if marker == 0xFF:  # fill byte
             i += 1
             continue
-        if marker in (0x01, 0xD8) or 0xD0 <= marker <= 0xD7:
+        if 0xFF00 | marker not in _PIL_JPEG_MARKERS:  # Pillow refuses it ("no marker found"): let Pillow say so
+            return None
+        if marker == 0xD8 or 0xD0 <= marker <= 0xD7:
             i += 2
             continue
         seg = int.from_bytes(data[i + 2 : i + 4], "big")
-        if seg < 2:
+        if seg < 2 or (i + 2 + seg <= n and not _pillow_reads_segment(marker, data[i + 4 : i + 2 + seg])):
             return None
         if marker == 0xE1 and size is None and i + 2 + seg <= n:
             o = _exif_orientation(data[i + 4 : i + 2 + seg])
             orientation = o if orientation == 1 else orientation
-        if marker in _SOF and size is None:
-            if i + 9 > n:
-                return None
+        if marker in _SOF:
+            if size is not None or i + 10 > n or seg < 8 or data[i + 4] != 8 or data[i + 9] not in (1, 3, 4):
+                return None  # a second frame, cut, or one Pillow cannot open (12-bit, odd components): Pillow decides
             h = int.from_bytes(data[i + 5 : i + 7], "big")
             w = int.from_bytes(data[i + 7 : i + 9], "big")
             if not (w and h):
@@ -158,11 +168,67 @@ def _fast(data: bytes) -> tuple[str, int, int, int, int] | None:
         walk = _jpeg_walk(data, limit)
         return ("JPEG", *walk) if walk else None
     if data[:8] == _PNG_SIG and data[12:16] == b"IHDR" and len(data) >= 24:
-        w, h = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-        if b"eXIf" in data[:limit]:  # an EXIF chunk: Pillow reads its orientation
+        end = _png_header_end(data, limit)
+        if end is None:  # the chunks before the pixel data leave the read: Pillow on the whole file
             return None
-        return ("PNG", w, h, 1, 8) if w and h else None
+        # Pillow opens a PNG by reading every chunk before the first IDAT (CRCs, IHDR's mode, compressed text
+        # and ICC profiles under its size cap, EXIF): that part is small, so Pillow itself decides rule 1 on it
+        img = _pillow_open(data[:end])
+        # an eXIf chunk before the pixel data is in info (getexif would decode the pixels to look after them)
+        return ("PNG", *img.size, _orientation(img) if "exif" in img.info else 1, 8)
     return None
+
+
+def _png_header_end(data: bytes, limit: int) -> int | None:
+    """Offset just past the first IDAT chunk's length and type (all Pillow's open reads), or None when the chunk
+    walk leaves ``data[:limit]`` first."""
+    i = 8
+    while i + 8 <= limit:
+        if data[i + 4 : i + 8] == b"IDAT":
+            return i + 8
+        i += 12 + int.from_bytes(data[i : i + 4], "big")
+    return None
+
+
+def _pillow_reads_segment(marker: int, seg: bytes) -> bool:
+    """False for a JPEG segment Pillow's open refuses (a quantization table cut short, a JFIF header too short
+    for its version and density)."""
+    if marker == 0xDB:
+        while seg:
+            n = 1 + 64 * (1 if seg[0] < 16 else 2)
+            if len(seg) < n:
+                return False
+            seg = seg[n:]
+    elif marker == 0xE0 and seg.startswith(b"JFIF"):
+        return len(seg) >= 7
+    return True
+
+
+def _pillow_open(data: bytes) -> Image.Image:
+    """``Image.open`` with its failures as ImageProblem (rules 1 and 2 as Pillow applies them)."""
+    try:
+        with warnings.catch_warnings():
+            # the pixel limit is max_image_pixels (rule 2, checked by the caller), not Pillow's warning threshold,
+            # so that a header read and a Pillow read of the same image agree
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            return Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as e:
+        raise ImageProblem("too_large", f"decompression bomb: {e}") from None
+    except Image.UnidentifiedImageError:
+        raise ImageProblem("undecodable_image", "not a recognised image format") from None
+    except Exception as e:  # noqa: BLE001 - PIL raises many types for garbage input
+        raise ImageProblem("undecodable_image", f"not a readable image ({type(e).__name__}: {e})") from None
+
+
+def _orientation(img: Image.Image) -> int:
+    """EXIF orientation as Pillow reads it (1 when absent, broken or out of range)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Corrupt EXIF data": a broken EXIF block is not a broken image
+            o = int(img.getexif().get(_EXIF_ORIENTATION, 1) or 1)
+    except Exception:  # noqa: BLE001
+        return 1
+    return o if 1 <= o <= 8 else 1
 
 
 def _find_after(data: bytes, needle: bytes, after: int) -> bool | None:
@@ -244,19 +310,8 @@ def check_image(data: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
         return ImageCheck(fmt, w, h, orientation)
     if isinstance(data, Sparse):
         raise NeedFullBytes()
-    try:
-        with warnings.catch_warnings():
-            # the pixel limit is max_image_pixels (rule 2, checked below), not Pillow's warning threshold,
-            # so that a header read and a Pillow read of the same image agree
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data))
-            fmt, (w, h) = img.format, img.size
-    except Image.DecompressionBombError as e:
-        raise ImageProblem("too_large", f"decompression bomb: {e}") from None
-    except Image.UnidentifiedImageError:
-        raise ImageProblem("undecodable_image", "not a recognised image format") from None
-    except Exception as e:  # noqa: BLE001 - PIL raises many types for garbage input
-        raise ImageProblem("undecodable_image", f"not a readable image ({type(e).__name__}: {e})") from None
+    img = _pillow_open(data)
+    fmt, (w, h) = img.format, img.size
     if fmt not in FORMAT_EXT:
         raise ImageProblem("unsupported_format", f"image format {fmt} is not supported")
     check_dimensions(w, h, max_image_pixels)
@@ -265,11 +320,7 @@ def check_image(data: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
         walk = _jpeg_walk(data, len(data))
         after = walk[3] if walk else 0
     _check_complete(data, fmt, after)
-    try:
-        orientation = int(img.getexif().get(_EXIF_ORIENTATION, 1) or 1)
-    except Exception:  # noqa: BLE001 - a broken EXIF block is not a broken image
-        orientation = 1
-    orientation = orientation if 1 <= orientation <= 8 else 1
+    orientation = _orientation(img)
     if verify == "full":
         try:
             with warnings.catch_warnings():
