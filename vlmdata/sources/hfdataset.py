@@ -150,8 +150,10 @@ def iter_hf(
                 if not item.images:
                     raise BadPath("missing_image", f"column {icol} holds no image for this caption")
                 item.conversation = caption_conversation(text, prompt, len(item.images))
-            else:
+            elif text is None or isinstance(text, str):
                 item.error = ("empty_caption", f"column {tcol} is empty")
+            else:  # a number, a mapping, bytes: not a caption (never reported as an empty one)
+                item.error = ("bad_record", f"column {tcol} holds {type(text).__name__}, not text or turns")
         except BadPath as e:
             item.error = (e.reason, e.detail)
         except BadRecord as e:
