@@ -141,7 +141,8 @@ def _check_cells(where: str, s: dict, im: dict) -> None:
     sum of ``n_images`` (a lying profile was an IndexError, a TypeError or a NaN in `vlmdata compare`)."""
 
     def bad(col: str, i: int, v, want: str):
-        raise ProfileError(f"{where}: rows.{col}[{i}] is {str(v)[:40]}, expected {want}")
+        # as JSON writes it: the text "64" is not the number 64
+        raise ProfileError(f"{where}: rows.{col}[{i}] is {json.dumps(v)[:40]}, expected {want}")
 
     for table, ranges in (("samples", _INT_SAMPLE), ("images", _INT_IMAGE)):
         cols = s if table == "samples" else im
