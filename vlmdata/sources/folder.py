@@ -10,7 +10,8 @@ root`` is ``/``: following it would walk the whole filesystem) or into a kernel 
 (``check_folder_root``). File names that are not UTF-8 are kept
 (the file is read by its real name) and shown with ``\\xNN`` escapes. Sidecars are read only when
 they are regular files of at most ``MAX_SIDECAR_BYTES``; a FIFO or a device named like a sidecar or
-an image is a skip with a reason (``storage.read_regular``), never a hang.
+an image is a skip with a reason (``storage.read_regular``), never a hang. A sidecar's suffix is matched in
+any case (``IMG_1.JPG`` + ``IMG_1.TXT``), the lower-case file first when both exist.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ class _LocalTree:
         check_folder_root(root)
         self.root = root
         files = walk_files(root)
-        self.present = {r for r in files if r.endswith((".txt", ".json"))}
+        self.sidecars = _sidecars(files, os.path.splitext)
         self.images = [
             r for r in files if os.path.splitext(r)[1].lower() in IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES
         ]
@@ -140,9 +141,10 @@ class _RemoteTree:
     def __init__(self, root: str):
         self.base = root.rstrip("/")
         files = storage.find(self.base)
-        self.present = {f[len(self.base) + 1 :] for f in files if f.startswith(self.base + "/")}
+        present = {f[len(self.base) + 1 :] for f in files if f.startswith(self.base + "/")}
+        self.sidecars = _sidecars(present, posixpath.splitext)
         self.images = [
-            r for r in self.present if posixpath.splitext(r)[1].lower() in IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES
+            r for r in present if posixpath.splitext(r)[1].lower() in IMAGE_SUFFIXES | UNSUPPORTED_IMAGE_SUFFIXES
         ]
         self.got: dict = {}
 
@@ -160,10 +162,10 @@ class _RemoteTree:
 
     def prefetch(self, rels: list[str]) -> None:
         want = [
-            self.path(self.stem(r) + ext)
+            self.path(self.sidecars[(self.stem(r), ext)])
             for r in rels
             for ext in (".txt", ".json")
-            if self.stem(r) + ext in self.present
+            if (self.stem(r), ext) in self.sidecars
         ]
         self.got = storage.cat_many(want) if want else {}
 
@@ -195,16 +197,28 @@ def _item(tree: "_LocalTree | _RemoteTree", index: int, rel: str, prompt: str) -
         )
         item.images = []
         return item
-    txt, js = tree.stem(rel) + ".txt", tree.stem(rel) + ".json"
+    stem = tree.stem(rel)
+    txt, js = tree.sidecars.get((stem, ".txt")), tree.sidecars.get((stem, ".json"))
     _caption_item(
         item,
         prompt,
-        tree.name(txt),
-        tree.name(js),
-        (lambda: _text(tree.read(txt))) if txt in tree.present else None,
-        (lambda: loads(tree.read(js))) if js in tree.present else None,
+        tree.name(txt or stem + ".txt"),
+        tree.name(js or stem + ".json"),
+        (lambda: _text(tree.read(txt))) if txt else None,
+        (lambda: loads(tree.read(js))) if js else None,
     )
     return item
+
+
+def _sidecars(files, splitext) -> dict[tuple[str, str], str]:
+    """(stem, ".txt" or ".json") -> the sidecar file, its suffix in any case; a lower-case suffix wins, then the
+    first in sorted order."""
+    out: dict[tuple[str, str], str] = {}
+    for r in sorted(files):
+        stem, ext = splitext(r)
+        if ext.lower() in (".txt", ".json") and ((stem, ext.lower()) not in out or ext in (".txt", ".json")):
+            out[(stem, ext.lower())] = r
+    return out
 
 
 def _caption_item(item: SourceItem, prompt: str, txt_name: str, js_name: str, read_txt, read_json) -> None:
