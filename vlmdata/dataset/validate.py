@@ -21,6 +21,8 @@ What is checked (a problem makes the report fail; a warning does not):
 
 ``validate`` of a single ``.tar`` shard checks the shard and its samples (no manifest: a warning says
 that checksums and counts were not compared).
+
+A dataset or shard that holds no sample fails (a problem, exit 1): there is nothing for a reader to read.
 """
 
 from __future__ import annotations
@@ -266,6 +268,8 @@ def validate(
 def _check_totals(manifest: dict, rep: ValidationReport) -> None:
     t, acc = manifest["totals"], manifest["accounting"]
     shards = manifest["shards"]
+    if not rep.samples and not t["samples"]:
+        rep.problems.append(Problem("-", "", "the dataset holds no sample: nothing for a reader to read"))
     if rep.samples != t["samples"]:
         rep.problems.append(Problem("-", "", f"{rep.samples} samples in shards, manifest totals say {t['samples']}"))
     if sum(s["samples"] for s in shards) != t["samples"]:
@@ -315,4 +319,6 @@ def _validate_shard(path: str, progress, decode: bool | None) -> ValidationRepor
     rep.warnings.append(
         Problem(name, "", "a single shard: no manifest, so checksums, counts and Energon metadata were not compared")
     )
+    if not rep.samples and not rep.problems:
+        rep.problems.append(Problem(name, "", "the shard holds no sample: nothing for a reader to read"))
     return rep
