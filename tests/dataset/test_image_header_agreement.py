@@ -158,3 +158,23 @@ def test_build_skips_what_no_reader_opens(tmp_path):
     m = build(str(src), str(tmp_path / "out"), BuildOptions(workers=1))
     acc = m["accounting"]
     assert (acc["written"], acc["skipped_by_reason"]) == (2, {"undecodable_image": 3})
+
+
+def test_a_broken_exif_block_is_checked_without_a_warning():
+    """Pillow's open warns 'Corrupt EXIF data' on a JPEG whose EXIF block is cut (it reads the DPI from it):
+    the image is valid, its orientation 1, and build/validate print no Pillow warning for it."""
+    import io
+    import warnings
+
+    from PIL import Image
+
+    from vlmdata.dataset.images import check_image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 32)).save(buf, "JPEG", exif=b"Exif\0\0MM\0*\0\0\0\x08\xff\xff" + b"\x01" * 20)
+    for verify in ("header", "full"):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            c = check_image(buf.getvalue(), verify=verify)
+        assert (c.format, c.width, c.height, c.orientation) == ("JPEG", 64, 32, 1)
+        assert [str(w.message) for w in seen] == []

@@ -211,6 +211,9 @@ def _pillow_open(data: bytes) -> Image.Image:
             # the pixel limit is max_image_pixels (rule 2, checked by the caller), not Pillow's warning threshold,
             # so that a header read and a Pillow read of the same image agree
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            # Pillow's open reads a JPEG's EXIF for its DPI: a broken EXIF block is not a broken image (its
+            # orientation reads as 1, ``_orientation``), and its warning is noise on every build and validate
+            warnings.filterwarnings("ignore", "Corrupt EXIF data", UserWarning)
             return Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as e:
         raise ImageProblem("too_large", f"decompression bomb: {e}") from None
