@@ -72,11 +72,15 @@ def _sample_real(plan: AuditPlan) -> list[dict]:
     opts = loader_options(plan, inp, workers=0, images="shapes")
     config = res.shape.sliced(res.layers, res.experts)
     out = []
-    loader = make_loader(inp.source, opts)
-    for batch in loader.iter_inline():
-        out.append(step_flops(config, res.run.prepare(batch), logits=plan.logits))
-        if len(out) >= SAMPLE_MICRO_BATCHES:
+    it = make_loader(inp.source, opts).iter_inline()
+    while len(out) < SAMPLE_MICRO_BATCHES:
+        try:
+            batch = next(it)
+        except StopIteration:
             break
+        except ValueError as e:  # e.g. a packed row longer than seq_length: as the census says it (next_batch)
+            raise AuditError(f"source {REAL}: {e}") from None
+        out.append(step_flops(config, res.run.prepare(batch), logits=plan.logits))
     return out
 
 

@@ -58,7 +58,7 @@ def plots(report: dict) -> dict[str, bytes]:
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.4 * len(metrics), 3.8), squeeze=False)
     for ax, m in zip(axes[0], metrics):
         vals = [s["rates"].get(m) or 0.0 for s in sums]
-        real = report["sources"].get("real", {}).get("summary", {}).get("rates", {}).get(m)
+        real = ((report["sources"].get("real") or {}).get("summary") or {}).get("rates", {}).get(m)  # None: OOM
         err = [[0.0] * len(names), [0.0] * len(names)]
         for i, n in enumerate(names):
             ci = gaps.get(n, {}).get(m) if gaps else None

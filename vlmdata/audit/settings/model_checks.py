@@ -10,7 +10,8 @@ level of a Qwen2-VL or Qwen2.5-VL ``config.json``), ``vision`` (``vision_config`
 key. The rules:
 
 - **Types**: sizes are integers (not booleans, not floats such as ``2.0`` or NaN, not strings), floats are
-  finite numbers, flags booleans, lists lists of integers, sub-configs mappings.
+  finite numbers, flags booleans, lists lists of integers, sub-configs mappings; a part's ``dtype`` (or
+  ``torch_dtype``) one transformers can build it under (``DTYPES``: float16, bfloat16, float32, float64).
 - **Bounds** (before anything is allocated: transformers builds a list per decoder layer while reading a
   config): ``MAX_LAYERS`` decoder layers and vision blocks, ``MAX_EXPERTS`` experts, ``MAX_WIDTH`` hidden
   sizes, ``MAX_FFN`` MLP widths, ``MAX_HEADS`` heads, ``MAX_VOCAB`` vocabulary rows; every size >= 1.
@@ -24,7 +25,8 @@ key. The rules:
   (DeepStack features enter at most as many decoder layers as there are); a Qwen2.5-VL window is a whole
   number of merged patches.
 - **Token ids** (``image_token_id`` and the vision start / end and video ids) must be the Qwen tokenizer's, the
-  ids the loaders write: another id would leave the model looking for image tokens that no batch holds.
+  ids the loaders write: another id would leave the model looking for image tokens that no batch holds. The
+  vocabulary holds every id that tokenizer writes (``TOKENIZER_IDS``), and ``pad_token_id`` is one of its rows.
 - **Defaults**: a missing required field (``REQUIRED``) is refused; a missing optional one takes the family's
   default, and ``check_shape`` returns those filled in (``name=value``) for the report's notes.
 
@@ -124,6 +126,8 @@ _FLOATS = {  # name -> (lowest, highest, whether the lowest is allowed)
     "router_aux_loss_coef": (0.0, 1e3, True),
     "rope_theta": (0.0, 1e12, False),
 }
+DTYPES = ("bfloat16", "float16", "float32", "float64", "half", "float", "double")  # torch's default dtypes
+TOKENIZER_IDS = 151_669  # ids the loaders' Qwen tokenizer writes: 0..151,668 (special tokens such as <think>)
 _BOOLS = ("tie_word_embeddings", "attention_bias", "use_cache", "norm_topk_prob", "use_sliding_window")
 _OPTIONAL_SHAPE = {  # optional fields that change the model's shape: listed when a default fills them
     "text": ("num_key_value_heads", "head_dim", "intermediate_size"),
@@ -201,6 +205,9 @@ class _Checker:
 
             if not isinstance(act, str) or act not in ACT2FN:
                 raise self.fail(section, "hidden_act", f"must be one of transformers' activations, not {_kind(act)}")
+        for key in ("dtype", "torch_dtype"):  # transformers builds the part under it (set_default_dtype)
+            if d.get(key) is not None and d[key] not in DTYPES:
+                raise self.fail(section, key, f"must be one of {', '.join(DTYPES)}, not {_kind(d[key])}")
 
 
 def check_shape(
@@ -284,6 +291,17 @@ def head_width(t: dict, model_type: str) -> int | None:
 
 
 def _text_relations(c: _Checker, t: dict, model_type: str) -> None:
+    vocab = t["vocab_size"]
+    if vocab < TOKENIZER_IDS:
+        raise c.fail(
+            "text",
+            "vocab_size",
+            f"{vocab} is smaller than the loaders' Qwen tokenizer, whose ids reach {TOKENIZER_IDS - 1}: the embedding "
+            "would be indexed past its rows; use the checkpoint's vocab_size (151936)",
+        )
+    pad = t.get("pad_token_id")
+    if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < vocab):
+        raise c.fail("text", "pad_token_id", f"must be an id of the vocabulary (0..{vocab - 1}), not {_short(pad)}")
     heads, kv = t["num_attention_heads"], t.get("num_key_value_heads") or t["num_attention_heads"]
     if heads % kv:
         raise c.fail(

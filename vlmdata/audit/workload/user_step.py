@@ -17,6 +17,9 @@ options are a sweep's values). Each call (``warm``, a measured step) is guarded:
   budget), or ``timeout_s``; warm-up calls and the first step get ``COLD_FACTOR`` times the limit (they
   may compile); a step stuck in native code that a signal cannot interrupt ends the process with one line
   and exit code 2 after a grace period (only with ``hard=True``, which the CLI uses);
+- the step's batch is a shallow copy (a step may pop keys; the audit reads the batch's shapes after it), and a
+  step that returns a generator or coroutine (a ``yield`` or ``async def`` step: its body never ran) is
+  ``AuditError``;
 - the returned dict is checked: ``times_ms`` a dict of finite non-negative milliseconds (with ``total``),
   ``flops`` and ``peak_mem_bytes`` non-negative numbers or absent; anything else is ``AuditError``.
 
@@ -191,9 +194,17 @@ def _check_signature(fn, spec: str, options: dict) -> None:
 def _number(v, what: str, spec: str) -> float | None:
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+    try:
+        bad = isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0
+    except OverflowError:  # an integer past float's range (10**400)
+        bad = True
+    if bad:
+        try:
+            shown = repr(v) if len(repr(v)) <= 80 else repr(v)[:77] + "..."
+        except ValueError:  # an integer of 4,300+ digits: Python will not print it
+            shown = f"an integer of {int(v).bit_length()} bits"
         raise AuditError(
-            f"the `step` function {spec} returned {what}={v!r}: expected a finite number >= 0 (or nothing)"
+            f"the `step` function {spec} returned {what}={shown}: expected a finite number >= 0 (or nothing)"
         )
     return v
 
@@ -246,7 +257,7 @@ class UserWorkload:
         self._calls += 1
         try:
             with _Watchdog(limit, self.name):
-                return self.fn(batch, **self.options)
+                ret = self.fn(dict(batch), **self.options)  # a copy: the step may pop keys the audit reads after it
         except torch.OutOfMemoryError:
             raise  # a result the runner records, not an error
         except StepTimeout:
@@ -265,10 +276,19 @@ class UserWorkload:
                 f"the `step` function {self.name} called sys.exit({e.code!r}){_user_frame(e.__traceback__)}: a step must "
                 "return (or raise); the audit stops without a verdict"
             ) from None
-        except Exception as e:  # noqa: BLE001 - the user's code: their exception, reported as theirs
+        except (Exception, GeneratorExit) as e:  # noqa: BLE001 - the user's code: their exception, reported as theirs
             raise AuditError(
                 f"the `step` function {self.name} raised {_describe(e)}{_user_frame(e.__traceback__)}"
             ) from None
+        if inspect.isgenerator(ret) or inspect.iscoroutine(ret) or inspect.isasyncgen(ret):
+            kind = {"async_generator": "an async generator"}.get(type(ret).__name__, f"a {type(ret).__name__}")
+            if not inspect.isasyncgen(ret):
+                ret.close()  # never started: closing it runs nothing (and a coroutine warns no more)
+            raise AuditError(
+                f"the `step` function {self.name} returned {kind}: its body never ran (a step that yields or is "
+                "'async def'); the audit needs a function that runs one training step when called"
+            )
+        return ret
 
     def shape_items(self, batch: dict) -> frozenset:
         return shape_items(batch)
