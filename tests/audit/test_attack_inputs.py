@@ -128,3 +128,15 @@ def test_a_step_that_pops_batch_keys_leaves_the_audits_batch_whole(steps):
 def test_step_results_that_are_not_a_step_are_errors(steps, fn, match):
     with pytest.raises(AuditError, match=match):
         steps(fn)({"input_ids": [[1, 2]]})
+
+
+def test_the_plan_bounds_threads_as_the_run_does(monkeypatch):
+    """--plan --threads 100000 started 100,000 torch threads (it hung; the run refused it)."""
+    import torch
+
+    from vlmdata.audit.phases import session
+    from vlmdata.audit.settings.config import AuditConfig
+
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: pytest.fail(f"set_num_threads({n})"))
+    with pytest.raises(AuditError, match="`threads` must be an integer 1..4096, not 100000"):
+        session.plan_only(AuditConfig(), threads=100_000)

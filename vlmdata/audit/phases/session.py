@@ -137,6 +137,7 @@ def plan_only(cfg: AuditConfig, *, threads: int | None = None) -> dict:
     Returns:
         The plan (``preview.preview``).
     """
+    _check_arguments(cfg, None, None, threads, ())  # --threads 100000 would start 100,000 threads, as a run would not
     check_paths(real=cfg.real, profile=cfg.profile)
     check_device(cfg.device)
     if threads:
