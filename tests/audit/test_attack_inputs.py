@@ -140,3 +140,32 @@ def test_the_plan_bounds_threads_as_the_run_does(monkeypatch):
     monkeypatch.setattr(torch, "set_num_threads", lambda n: pytest.fail(f"set_num_threads({n})"))
     with pytest.raises(AuditError, match="`threads` must be an integer 1..4096, not 100000"):
         session.plan_only(AuditConfig(), threads=100_000)
+
+
+@pytest.mark.parametrize(
+    "options, torchvision, match",
+    [
+        ({"image_device": "cuda"}, True, "image_device='cuda' finishes the images on a GPU, but `device` is 'cpu'"),
+        ({"image_device": "cuda:x"}, True, "image_device='cuda:x' is not cpu, cuda or cuda:N"),
+        ({"image_device": "meta"}, True, "image_device='meta' is not cpu, cuda or cuda:N"),
+        ({"image_device": "cpu"}, False, "nvJPEG .* needs torchvision: install it, or add --loader-arg image_decoder"),
+    ],
+)
+def test_an_image_device_the_run_cannot_use_is_refused_before_the_plan(monkeypatch, options, torchvision, match):
+    """--loader-arg image_device=cuda on a CPU run (or nvJPEG without torchvision) was a traceback in the warm-up."""
+    from vlmdata.audit.phases import session
+    from vlmdata.audit.settings import guard
+    from vlmdata.audit.settings.config import AuditConfig
+
+    monkeypatch.setattr(guard.importlib.util, "find_spec", lambda name: object() if torchvision else None)
+    with pytest.raises(AuditError, match=match):
+        session.plan_only(AuditConfig(device="cpu", loader_options=options))
+
+
+def test_images_finished_on_the_cpu_by_pillow_need_nothing_more(monkeypatch):
+    from vlmdata.audit.settings import guard
+    from vlmdata.loaders.options import LoaderOptions
+
+    monkeypatch.setattr(guard.importlib.util, "find_spec", lambda name: None)
+    guard.check_device("cpu", LoaderOptions(image_device="cpu", image_decoder="pillow"))
+    guard.check_device("cpu", None)

@@ -99,7 +99,7 @@ def run_session(
     """
     _check_arguments(cfg, out_dir, memory_limit_gb, threads, (progress, on_config, phase, on_plan))
     check_paths(real=cfg.real, profile=cfg.profile)
-    check_device(cfg.device)
+    check_device(cfg.device, cfg.loader)
     if out_dir:  # before measuring: the folder can be written and replaces only an earlier audit's files
         check_out_dir(out_dir, real=cfg.resolved_real(), profile=cfg.profile)
     if threads:
@@ -139,7 +139,7 @@ def plan_only(cfg: AuditConfig, *, threads: int | None = None) -> dict:
     """
     _check_arguments(cfg, None, None, threads, ())  # --threads 100000 would start 100,000 threads, as a run would not
     check_paths(real=cfg.real, profile=cfg.profile)
-    check_device(cfg.device)
+    check_device(cfg.device, cfg.loader)
     if threads:
         torch.set_num_threads(threads)
     return preview(cfg)

@@ -1,9 +1,10 @@
 """What the audit checks before it measures anything, so that a bad argument fails in a second with one line
 instead of a traceback after minutes of measuring.
 
-- ``check_device(device)``: "cpu", "cuda" or "cuda:N" (an existing GPU); anything else (``tpu``, ``cuda:x``,
-  ``cuda:7`` on a one-GPU host) is an ``AuditError``, never torch's own RuntimeError (``check_device_name``:
-  the name alone, which ``AuditConfig`` checks when it is made);
+- ``check_device(device, loader)``: "cpu", "cuda" or "cuda:N" (an existing GPU); anything else (``tpu``,
+  ``cuda:x``, ``cuda:7`` on a one-GPU host) is an ``AuditError``, never torch's own RuntimeError
+  (``check_device_name``: the name alone, which ``AuditConfig`` checks when it is made); the loader option
+  ``image_device`` names a GPU only when the run is on one, and its nvJPEG decoder needs torchvision;
 - ``check_out_dir(out, real=..., profile=...)``: the report folder can be written (created, a probe file written
   and removed: ``storage.check_writable``), ``report.json`` / ``report.md`` / ``report.html`` there replace only an
   earlier audit report, and the generated inputs (``synthetic-twin/``, ``synthetic-profile/``: ``inputs.TWIN_DIR``,
@@ -19,8 +20,10 @@ Messages name library parameters (```out```, ```device```); the CLI shows them a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+from typing import Any
 
 from vlmdata import storage
 from vlmdata.audit.sources.registry import PROFILE_DIR, TWIN_DIR, AuditError
@@ -55,16 +58,37 @@ def check_device_name(device: str) -> None:
         raise AuditError(f"`device` {device!r}: there is one cpu device (cpu)")
 
 
-def check_device(device: str) -> None:
-    """AuditError unless ``device`` is "cpu", "cuda" or "cuda:N" with that GPU present.
+def check_device(device: str, loader: Any = None) -> None:
+    """AuditError unless ``device`` is "cpu", "cuda" or "cuda:N" with that GPU present, and the loader options'
+    ``image_device`` (images finished in the training process) can run: cpu, or a GPU of a run on cuda, and its
+    nvJPEG decoder (the default) with torchvision installed; either failed in the warm-up with a traceback.
 
     Args:
         device: the device text as given (``--device``).
+        loader: the run's ``LoaderOptions`` (``image_device``, ``image_decoder``), or None.
     """
     import torch  # the audit needs it anyway; kept out of this module's import for `vlmdata --help`
 
     check_device_name(device)
     d = torch.device(device)
+    image_device = getattr(loader, "image_device", None)
+    if image_device is not None:
+        try:
+            kind = torch.device(image_device).type
+        except (RuntimeError, TypeError, ValueError):
+            kind = None
+        if kind not in ("cpu", "cuda"):
+            raise AuditError(f"loader option image_device={image_device!r} is not cpu, cuda or cuda:N")
+        if kind == "cuda" and d.type != "cuda":
+            raise AuditError(
+                f"loader option image_device={image_device!r} finishes the images on a GPU, but `device` is "
+                f"{device!r}: drop it, or run the audit on cuda"
+            )
+        if getattr(loader, "image_decoder", None) == "nvjpeg" and importlib.util.find_spec("torchvision") is None:
+            raise AuditError(
+                f"loader option image_device={image_device!r} decodes with nvJPEG (image_decoder=nvjpeg), which needs "
+                "torchvision: install it, or add --loader-arg image_decoder=pillow"
+            )
     if d.type == "cuda":
         if not torch.cuda.is_available():
             raise AuditError(f"`device` {device!r} but no CUDA device is available")
