@@ -169,3 +169,15 @@ def test_images_finished_on_the_cpu_by_pillow_need_nothing_more(monkeypatch):
     monkeypatch.setattr(guard.importlib.util, "find_spec", lambda name: None)
     guard.check_device("cpu", LoaderOptions(image_device="cpu", image_decoder="pillow"))
     guard.check_device("cpu", None)
+
+
+@pytest.mark.parametrize(
+    "item, words", [("nope=1,2", "--sweep nope: the reference workload sweeps"), ("recompute=bogus", "recompute takes")]
+)
+def test_the_plan_checks_the_sweep_as_the_run_does(capsys, item, words):
+    """--plan ignored --sweep: a grid the run refuses passed the plan with exit 0."""
+    from vlmdata.cli.main import main
+
+    assert main(["audit", "--plan", "--sweep", item]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
