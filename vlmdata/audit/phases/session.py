@@ -36,7 +36,7 @@ from vlmdata.audit.settings.guard import check_device, check_out_dir, check_path
 from vlmdata.audit.sources.registry import AuditError
 from vlmdata.audit.workload.distributed import DistInfo, gather, init_distributed, shutdown
 from vlmdata.audit.workload.user_step import reset_step_limit, set_step_limit
-from vlmdata.options_util import shown
+from vlmdata.options_util import env_int, shown
 
 __all__ = ["AuditSession", "run_session", "plan_only"]
 
@@ -126,18 +126,21 @@ def run_session(
     return AuditSession(report, paths, main)
 
 
-def plan_only(cfg: AuditConfig, *, threads: int | None = None) -> dict:
+def plan_only(cfg: AuditConfig, *, threads: int | None = None, sweep: Sequence[str] = ()) -> dict:
     """The plan of ``cfg`` and nothing else (``vlmdata audit --plan``): the same checks as ``run_session``, then
     ``preview.preview``; no model is built, nothing is measured.
 
     Args:
         cfg: the run's settings.
         threads: torch CPU threads (None: torch's).
+        sweep: ``KEY=V1,V2`` items, checked as the run checks them (``sweep.parse_sweep``; the plan is one audit's).
 
     Returns:
         The plan (``preview.preview``).
     """
     _check_arguments(cfg, None, None, threads, ())  # --threads 100000 would start 100,000 threads, as a run would not
+    if sweep:  # a grid the run refuses passed --plan with exit 0
+        parse_sweep(list(sweep), user_step=bool(cfg.step), distributed=env_int("WORLD_SIZE", 1, low=1) > 1)
     check_paths(real=cfg.real, profile=cfg.profile)
     check_device(cfg.device, cfg.loader)
     if threads:

@@ -156,12 +156,7 @@ def run(args) -> int:
     from vlmdata.cli import STARTED  # the command's start: the budget counts from it
 
     if args.plan:
-        if args.sweep:  # checked as the run checks it (a bad grid passed --plan, then failed the run)
-            from vlmdata.audit.phases.sweep import parse_sweep
-            from vlmdata.options_util import env_int
-
-            parse_sweep(args.sweep, user_step=bool(cfg.step), distributed=env_int("WORLD_SIZE", 1, low=1) > 1)
-        plan = plan_only(cfg, threads=args.threads)
+        plan = plan_only(cfg, threads=args.threads, sweep=args.sweep)
         print_json(plan) if args.json else show_plan(plan)
         return EXIT_OK if (plan.get("measured") or {}).get("fits", True) else EXIT_USAGE
 
