@@ -19,6 +19,8 @@ EXIT_HELP = """exit codes:
      throughput; use it to gate a CI job or a report
   4  UNDECIDED: no mock is shown to mislead, but a mock's interval spans the limit (or too few steps
      were measured for an interval): measure longer (--max-steps, --budget-s); a gate must not pass it
+  1  DOES NOT FIT: real data and every mock ran out of memory under the run's configuration (real out of
+     memory while a mock ran is MISLEADING: the mock's figure is of a configuration real data cannot run)
   2  usage or input error (bad option, missing shards/log, unknown source)
 Under torchrun rank 0 exits with the code (the other ranks with 0) and torchrun reports any non-zero
 worker code as its own failure (exit 1), so read the verdict from report.json or --json there."""

@@ -5,7 +5,7 @@ training logs), and the exit code of its verdict.
 else the report's lines (a log comparison's workload, images and logs), its summary table (a run: one row per
 source; a sweep: every configuration, the decisions and the knob effects; logs: per iteration and the gaps)
 unless ``quiet``, the verdict in its colour (parameters shown as flags) with its first three knobs (a
-sweep: its notes), notes and straggler ranks on stderr, and the files written. ``exit_code(verdict)``: 0 OK (or no verdict), 3 MISLEADING, 4 UNDECIDED.
+sweep: its notes), notes and straggler ranks on stderr, and the files written. ``exit_code(verdict)``: 0 OK (or no verdict), 3 MISLEADING, 4 UNDECIDED, 1 DOES NOT FIT.
 """
 
 from __future__ import annotations
@@ -14,21 +14,23 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from vlmdata.audit.analysis.verdict import DOES_NOT_FIT
 from vlmdata.audit.logs import report_content
 from vlmdata.audit.report import decision_rows, sweep_rows
 from vlmdata.audit.report.knob_tables import knob_rows
 from vlmdata.cli.args import cli_flags
-from vlmdata.cli.console import EXIT_MISLEADING, EXIT_OK, EXIT_UNDECIDED, err, out, print_json, table
+from vlmdata.cli.console import EXIT_FAIL, EXIT_MISLEADING, EXIT_OK, EXIT_UNDECIDED, err, out, print_json, table
 
 __all__ = ["show_report", "exit_code", "run_table", "show_plan"]
 
-COLOURS = {"MISLEADING": "bold red", "UNDECIDED": "bold yellow"}
+COLOURS = {"MISLEADING": "bold red", "UNDECIDED": "bold yellow", DOES_NOT_FIT: "bold red"}
 
 
 def exit_code(verdict: dict | None) -> int:
-    """0 OK (or no verdict), 3 MISLEADING, 4 UNDECIDED (``vlmdata audit --help``)."""
+    """0 OK (or no verdict), 3 MISLEADING, 4 UNDECIDED, 1 DOES NOT FIT (``vlmdata audit --help``)."""
     status = (verdict or {}).get("status")
-    return EXIT_MISLEADING if status == "MISLEADING" else EXIT_UNDECIDED if status == "UNDECIDED" else EXIT_OK
+    codes = {"MISLEADING": EXIT_MISLEADING, "UNDECIDED": EXIT_UNDECIDED, DOES_NOT_FIT: EXIT_FAIL}
+    return codes.get(str(status), EXIT_OK)
 
 
 def _without_records(report: dict) -> dict:

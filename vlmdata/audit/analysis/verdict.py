@@ -29,6 +29,10 @@
   a cause;
 - knobs: rules on the real source's figures, largest share first (the next one to look at;
   ``vlmdata.audit.analysis.knobs``, importable from here).
+
+When real runs out of memory under the run's configuration there is no gap to measure
+(``out_of_memory_verdict``): **MISLEADING** when a mock ran (its figure is of a configuration real data cannot
+run: exit 3), else **DOES NOT FIT** (nothing measured on real or a mock: exit 1).
 """
 
 from __future__ import annotations
@@ -412,3 +416,36 @@ def verdict_line(v: dict) -> str:
     next knob."""
     parts = [mock_line(v), proxy_line(v), f"next knob: {v['next_knob']}" if v.get("next_knob") else None]
     return "; ".join(p for p in parts if p)
+
+
+DOES_NOT_FIT = "DOES NOT FIT"
+
+
+def out_of_memory_verdict(oom: dict, measured: list[str], real: str = "real") -> dict:
+    """The verdict when ``real`` ran out of memory (module docstring). ``oom``: source -> ``{"where", "error"}``
+    of every source that did; ``measured``: the sources that ran (real's twin, synthetic, is not a mock)."""
+    info = oom[real]
+    why = f"{info.get('where') or 'a step'}: {str(info.get('error') or 'out of memory').splitlines()[0][:160]}"
+    mocks = [s for s in measured if s not in (real, PROXY) and "@" not in s]
+    fix = "a smaller `micro_batch_size`, recompute or more parallelism"
+    if mocks:
+        status = "MISLEADING"
+        line = (
+            f"MISLEADING: real data runs out of memory under this configuration ({why}) while {', '.join(mocks)} "
+            f"ran: the mock figure is of a configuration real data cannot run; measure one that fits ({fix})"
+        )
+    else:
+        status = DOES_NOT_FIT
+        gone = ", ".join(sorted(oom))
+        line = f"{DOES_NOT_FIT}: {gone} ran out of memory under this configuration ({why}): nothing to compare; {fix}"
+    return {
+        "status": status,
+        "line": line,
+        "gaps": {},
+        "attribution": {},
+        "offenders": [{"source": m, "metric": "fits in memory", "confident": True} for m in mocks],
+        "undecided": [],
+        "knobs": [],
+        "next_knob": None,
+        "out_of_memory": {"sources": sorted(oom), "where": info.get("where"), "measured": list(measured)},
+    }

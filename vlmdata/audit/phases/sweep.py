@@ -247,7 +247,11 @@ def sweep_verdict(
     cannot measure), then decisions it gets right, then the configurations' own verdicts and the gap at real's best
     configuration; ``notes``: the mocks' choices that do not fit a GPU card on real data."""
     effects = effects or {}
-    status_of = {r["label"]: (r["report"].get("verdict") or {}).get("status") for r in results}
+    # a configuration real data does not fit is the decisions' finding (a mock that picks it regrets it), not a
+    # gap of the configuration's own: its out-of-memory verdict is left out here
+    status_of = {
+        r["label"]: v.get("status") for r in results if not (v := r["report"].get("verdict") or {}).get("out_of_memory")
+    }
     gap_bad = [lab for lab, st in status_of.items() if st == "MISLEADING"]
     undecided = [lab for lab, st in status_of.items() if st == "UNDECIDED"]
     if decisions["misleading"] or gap_bad or effects.get("blind"):

@@ -12,7 +12,7 @@ from vlmdata.audit.analysis.ranks import merge_ranks
 from vlmdata.audit.analysis.ranks import stragglers as find_stragglers
 from vlmdata.audit.analysis.result_types import AuditResult, Report, ReportSource
 from vlmdata.audit.analysis.straggler_check import check_ranks
-from vlmdata.audit.analysis.verdict import decide
+from vlmdata.audit.analysis.verdict import decide, out_of_memory_verdict
 from vlmdata.audit.report.notes import collect_notes, stop_words
 from vlmdata.audit.report.run_tables import summary_stage_tflops
 
@@ -80,6 +80,9 @@ def build_report(
         verdict = decide(runs, summaries, threshold=threshold, stragglers=flagged, seed=seed, repeat_margin=margin)
         report["verdict"] = verdict
         _judge_benchmark(report, verdict, threshold, margin, seed)
+    elif (report["sources"].get("real") or {}).get("oom"):  # no gap to measure: real data does not fit
+        oom = {n: o for n, s in report["sources"].items() if (o := s.get("oom"))}
+        report["verdict"] = out_of_memory_verdict(oom, list(runs))
     else:
         report["verdict"] = None
     return report

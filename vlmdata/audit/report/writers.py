@@ -205,7 +205,7 @@ def html_page(report: dict, pngs: dict[str, bytes] | None = None) -> str:
     )
 
 
-STATUS_COLOURS = {"MISLEADING": "#b00", "UNDECIDED": "#b60", "OK": "#070"}
+STATUS_COLOURS = {"MISLEADING": "#b00", "UNDECIDED": "#b60", "OK": "#070", "DOES NOT FIT": "#b00"}
 PROXY_COLOURS = {"trustworthy": "#070", "not trustworthy": "#b00", "undecided": "#b60"}
 
 
