@@ -98,6 +98,11 @@ def run_session(
         An ``AuditSession``; the report has ``wall_s``.
     """
     _check_arguments(cfg, out_dir, memory_limit_gb, threads, (progress, on_config, phase, on_plan))
+    if memory_limit_gb is not None and not sweep:  # it was ignored: a run the user believed checked against a card
+        raise AuditError(
+            "`memory_limit_gb` judges the configurations of a sweep (`sweep`); one audit has none to judge: add a "
+            "sweep or leave it out (on CUDA the report gives every source's peak memory)"
+        )
     check_paths(real=cfg.real, profile=cfg.profile)
     check_device(cfg.device, cfg.loader)
     if out_dir:  # before measuring: the folder can be written and replaces only an earlier audit's files
