@@ -39,7 +39,6 @@ def test_nothing_fits_is_a_failure_not_a_pass(tmp_path):
     assert v["offenders"] == [] and "DOES NOT FIT" in open(write_report(rep, str(tmp_path))["html"]).read()
 
 
-
 def test_a_sweep_leaves_a_configurations_out_of_memory_verdict_to_its_decisions():
     """In a sweep, real out of memory at one configuration is the decisions' finding (a mock that picks it
     regrets it), not a misleading gap of that configuration: a mock that picks another one is not blamed."""
