@@ -450,6 +450,17 @@ def test_a_build_source_as_real_says_build_first(tmp_path, capsys):
     assert "it is an image folder, not vlmdata shards: run `vlmdata build" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("content", ["empty", "broken manifest"])
+def test_an_empty_folder_or_a_broken_dataset_as_real_is_not_called_an_image_folder(tmp_path, capsys, content):
+    if content == "broken manifest":
+        (tmp_path / "manifest.json").write_text('{"bad":')
+        (tmp_path / "shard-000000.tar").write_bytes(b"")
+    assert main(["audit", "--real", str(tmp_path), "--sources", "imagefree,real"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: real dataset") and "image folder, not vlmdata shards" not in err, err
+    assert ("not valid JSON" if content == "broken manifest" else "holds no .tar shards") in err, err
+
+
 def test_image_device_options_reach_decoding_loaders_only():
     """--loader-arg image_device=... (and image_decoder) apply to the decoding loaders; the census
     (images="shapes") and the image-free view (images="drop") open without them instead of failing."""

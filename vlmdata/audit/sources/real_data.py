@@ -110,7 +110,7 @@ def fit_seq_length(
 
 def _build_hint(path: str) -> str | None:
     """What to do when ``path`` is a build source (image folder, LLaVA/messages JSON, HF dataset), not shards."""
-    if not os.path.exists(path):
+    if not os.path.exists(path) or _shards_or_nothing(path):
         return None
     try:
         fmt = detect_format(path)
@@ -119,3 +119,16 @@ def _build_hint(path: str) -> str | None:
     entry = FORMATS.get(fmt)
     what = entry.description if entry is not None else f"a {fmt} source"
     return f"it is {what}, not vlmdata shards: run `vlmdata build {path} -o SHARDS` first, then audit SHARDS"
+
+
+def _shards_or_nothing(path: str) -> bool:
+    """Whether folder ``path`` is empty or holds a dataset's files (a manifest or shards): not a build source, so
+    no `vlmdata build` hint (an empty folder or a broken manifest read 'it is an image folder')."""
+    if not os.path.isdir(path):
+        return False
+    try:
+        with os.scandir(path) as it:
+            names = [e.name for _, e in zip(range(10_000), it)]  # a bounded look: a huge folder is not read whole
+    except OSError:
+        return True
+    return not names or MANIFEST_NAME in names or any(n.endswith(".tar") for n in names)
