@@ -16,6 +16,7 @@ import torch
 from vlmdata.dataset.reader import parse_raw
 from vlmdata.dataset.schema import Sample
 from vlmdata.dataset.tar import iter_shard
+from vlmdata.errors import OptionsError
 from vlmdata.loaders.api import process_samples
 from vlmdata.qwen.image import draft_tolerance
 from vlmdata.qwen.tokenize import ChatTokenizer
@@ -119,8 +120,9 @@ def test_packing_cu_seqlens_equal_bridge(setup, samples):
         cu = a["cu_seqlens_q"].tolist()
         assert cu[0] == 0 and len(cu) == len(grp) + 1
         assert torch.equal(a["visual_inputs"].image_grid_thw, b["visual_inputs"]["image_grid_thw"])
-    with pytest.raises(ValueError):
+    with pytest.raises(OptionsError, match="Packed sequence row length .* exceeds configured sequence_length 64"):
         process_samples(grp, model, chat=chat, seq_length=64, packing=True)
+    assert issubclass(OptionsError, ValueError)  # what Bridge raises
 
 
 def test_template_text_equals_hf_template(setup, samples):

@@ -4,7 +4,8 @@ Padded (Bridge ``qwen2_5_collate_fn`` + ``prepare_sequence_batch``): rows are ri
 row with the tokenizer's pad id (what ``processor(..., padding=True)`` does), then to a multiple of 128
 (capped at ``seq_length``) or to ``seq_length`` with ``pad_to_max_length``, with pad id **0** (Bridge's
 ``pad_or_truncate_sequence_batch``); longer rows are truncated to ``seq_length`` (an error if that removes
-every supervised token of a row, as Bridge). Keys: input_ids, attention_mask, mm_token_type_ids,
+every supervised token of a row, as Bridge: ``OptionsError``, a ``ValueError``; a packed row longer than
+``seq_length`` too). Keys: input_ids, attention_mask, mm_token_type_ids,
 position_ids, labels, loss_mask, visual_inputs.
 
 Packed (``enable_in_batch_packing``, Bridge ``build_mcore_thd_sequence_batch_from_rows``): one row
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 import torch
 
+from vlmdata.errors import OptionsError
 from vlmdata.loaders.pixel_rows import batch_pixels
 from vlmdata.qwen.tokenize import IGNORE_INDEX, TokenizedRow
 
@@ -120,7 +122,7 @@ def collate_padded(
         has = mask[:, :target].any(axis=1)
         emptied = np.flatnonzero(had & ~has).tolist()
         if emptied and strict:
-            raise ValueError(
+            raise OptionsError(
                 f"a row of {width} tokens does not fit seq_length={target}: truncating it removed every "
                 f"supervised token from rows {emptied} (Bridge raises here too); raise seq_length or "
                 "filter overlength samples"
@@ -150,7 +152,8 @@ def collate_packed(
     if seq_length is not None:
         for n in lengths:
             if n > seq_length:
-                raise ValueError(f"Packed sequence row length {n} exceeds configured sequence_length {seq_length}.")
+                # Bridge's words; an OptionsError (a ValueError, as Bridge raises) in the package's error base
+                raise OptionsError(f"Packed sequence row length {n} exceeds configured sequence_length {seq_length}.")
     padded = [_ceil(n, pad_to_multiple_of) for n in lengths]
     cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     cu_p = np.concatenate([[0], np.cumsum(padded)]).astype(np.int32)
