@@ -432,6 +432,11 @@ def check_error(path: str, match: str, field: str | None = None) -> BridgeConfig
         ("# only a comment\n", "the YAML document is empty, not a mapping"),
         ("__module__: megatron.energon\n__class__: ChatMLWebdataset\n", "none of the sections train, model"),
         ("!!python/object/apply:os.system ['true']\n", "not valid YAML"),
+        # OmegaConf (Bridge's loader) refuses a duplicate key; PyYAML kept the last one silently
+        (
+            "model:\n  tensor_model_parallel_size: 2\n  tensor_model_parallel_size: 4\n",
+            r"not valid YAML \(found duplicate key tensor_model_parallel_size, line 3 column 3\)",
+        ),
     ],
 )
 def test_not_a_bridge_config(tmp_path, text, match):

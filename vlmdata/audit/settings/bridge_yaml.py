@@ -22,7 +22,30 @@ RECOMPUTE_METHODS = ("uniform", "block")
 _MISSING: Any = object()
 _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}$")
 _MAX_REF_DEPTH = 16
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: the same safe constructor, ~3x faster
+_BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: the same safe constructor, ~3x faster
+
+
+class _LOADER(_BASE_LOADER):  # type: ignore[misc,valid-type]
+    """The safe loader refusing a mapping's duplicate key, as OmegaConf's loader (Bridge's) does: PyYAML keeps the
+    last one silently, so a hand-edited YAML would be read one way here and refused by Bridge."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag != yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG:
+                    continue
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found duplicate key {key_node.value}",
+                        key_node.start_mark,
+                    )
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+
 MAX_INT = 1 << 53  # the largest integer a field takes (each size has its own, smaller bound where it is used)
 
 
