@@ -285,3 +285,13 @@ def test_the_command_line_budget_counts_from_the_commands_start(monkeypatch):
     with pytest.raises(Stop):
         main(["audit", "--max-steps", "1", "--quiet"])
     assert seen["started"] == vlmdata.cli.STARTED
+
+
+def test_the_plan_of_a_sweep_says_it_is_one_configurations():
+    """--plan --sweep: the steps, times and budget are one audit's; the plan says how many the sweep runs."""
+    from vlmdata.audit.phases.session import plan_only
+    from vlmdata.audit.settings.config import AuditConfig
+
+    plan = plan_only(AuditConfig(), sweep=["micro_batch_size=1,2", "recompute=none,selective,full"])
+    assert any(n.startswith("a sweep of 6 configurations: the steps, times and budget above") for n in plan["notes"])
+    assert not any("a sweep of" in n for n in plan_only(AuditConfig())["notes"])

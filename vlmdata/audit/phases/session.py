@@ -144,13 +144,22 @@ def plan_only(cfg: AuditConfig, *, threads: int | None = None, sweep: Sequence[s
         The plan (``preview.preview``).
     """
     _check_arguments(cfg, None, None, threads, ())  # --threads 100000 would start 100,000 threads, as a run would not
+    n_configs = 1
     if sweep:  # a grid the run refuses passed --plan with exit 0
-        parse_sweep(list(sweep), user_step=bool(cfg.step), distributed=env_int("WORLD_SIZE", 1, low=1) > 1)
+        grid = parse_sweep(list(sweep), user_step=bool(cfg.step), distributed=env_int("WORLD_SIZE", 1, low=1) > 1)
+        n_configs = math.prod(len(v) for v in grid.values())
     check_paths(real=cfg.real, profile=cfg.profile)
     check_device(cfg.device, cfg.loader)
     if threads:
         torch.set_num_threads(threads)
-    return preview(cfg)
+    plan = preview(cfg)
+    if n_configs > 1:  # the plan is one audit's: say what the sweep multiplies
+        plan["notes"] = [
+            *plan.get("notes", []),
+            f"a sweep of {n_configs} configurations: the steps, times and budget above are one configuration's; "
+            f"each runs as one audit with its own `budget_s`, so the sweep takes up to about {n_configs} x that",
+        ]
+    return plan
 
 
 def _measure(
