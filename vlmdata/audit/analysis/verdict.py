@@ -425,7 +425,8 @@ def out_of_memory_verdict(oom: dict, measured: list[str], real: str = "real") ->
     """The verdict when ``real`` ran out of memory (module docstring). ``oom``: source -> ``{"where", "error"}``
     of every source that did; ``measured``: the sources that ran (real's twin, synthetic, is not a mock)."""
     info = oom[real]
-    why = f"{info.get('where') or 'a step'}: {str(info.get('error') or 'out of memory').splitlines()[0][:160]}"
+    error = (str(info.get("error") or "out of memory").splitlines() or [""])[0][:160]
+    why = f"{info.get('where') or 'a step'}: {error}"
     mocks = [s for s in measured if s not in (real, PROXY) and "@" not in s]
     fix = "a smaller `micro_batch_size`, recompute or more parallelism"
     if mocks:
@@ -438,14 +439,7 @@ def out_of_memory_verdict(oom: dict, measured: list[str], real: str = "real") ->
         status = DOES_NOT_FIT
         gone = ", ".join(sorted(oom))
         line = f"{DOES_NOT_FIT}: {gone} ran out of memory under this configuration ({why}): nothing to compare; {fix}"
-    return {
-        "status": status,
-        "line": line,
-        "gaps": {},
-        "attribution": {},
-        "offenders": [{"source": m, "metric": "fits in memory", "confident": True} for m in mocks],
-        "undecided": [],
-        "knobs": [],
-        "next_knob": None,
-        "out_of_memory": {"sources": sorted(oom), "where": info.get("where"), "measured": list(measured)},
-    }
+    verdict = dict(status=status, line=line, gaps={}, attribution={}, undecided=[], knobs=[], next_knob=None)
+    verdict["offenders"] = [{"source": m, "metric": "fits in memory", "confident": True} for m in mocks]
+    verdict["out_of_memory"] = {"sources": sorted(oom), "where": info.get("where"), "measured": list(measured)}
+    return verdict
