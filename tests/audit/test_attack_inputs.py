@@ -97,6 +97,18 @@ def huger(batch):
     return {"flops": 10**5000}
 def exits_generator(batch):
     raise GeneratorExit
+class Hostile(dict):
+    def __iter__(self):
+        raise RuntimeError("no iteration")
+    def keys(self):
+        raise RuntimeError("no keys")
+def hostile_dict(batch):
+    return Hostile(times_ms={"step": 1.0})
+class Getless(dict):
+    def get(self, *a):
+        raise RuntimeError("no get")
+def dict_subclass(batch):
+    return Getless(times_ms={"step": 2.0}, loss=0.5)
 """
 
 
@@ -123,6 +135,7 @@ def test_a_step_that_pops_batch_keys_leaves_the_audits_batch_whole(steps):
         ("huge", r"returned peak_mem_bytes=1000\d+\.\.\.: expected a finite number"),
         ("huger", "returned flops=an integer of 16610 bits: expected a finite number"),
         ("exits_generator", "raised GeneratorExit"),
+        ("hostile_dict", r"returned a Hostile that cannot be read \(RuntimeError: no keys\)"),
     ],
 )
 def test_step_results_that_are_not_a_step_are_errors(steps, fn, match):
@@ -181,3 +194,9 @@ def test_the_plan_checks_the_sweep_as_the_run_does(capsys, item, words):
     assert main(["audit", "--plan", "--sweep", item]) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+def test_a_dict_subclass_result_is_read_as_a_plain_dict(steps):
+    """Its own methods (a `get` that raises) are never called: the audit reads a plain copy."""
+    r = steps("dict_subclass")({"input_ids": [[1, 2]]})
+    assert r["times_ms"]["step"] == 2.0 and r["loss"] == 0.5

@@ -213,6 +213,13 @@ def _checked(ret: Any, spec: str) -> dict:
     """The step's return value as a checked dict (an empty one when it returned something else)."""
     if not isinstance(ret, dict):
         return {}
+    if type(ret) is not dict:  # a subclass's methods are the user's code: read it once, as a plain dict
+        try:
+            ret = dict(ret)
+        except Exception as e:  # noqa: BLE001 - the user's code: their exception, reported as theirs
+            raise AuditError(
+                f"the `step` function {spec} returned a {type(ret).__name__} that cannot be read ({_describe(e)})"
+            ) from None
     times = ret.get("times_ms")
     if times is not None:
         if not isinstance(times, dict) or not all(isinstance(k, str) for k in times):
