@@ -21,9 +21,11 @@ at the level the dataset was built with unless asked for more, the profile and t
 loader reports a failure of rule 5 as ``undecodable_image`` and a failure of rules 1-4 under the same
 reason names as the build).
 
-At level ``"header"`` JPEG and PNG headers are read without Pillow where Pillow would read them the same way
-(a frame it opens, markers and tables it accepts; a PNG's chunks before its pixel data are handed to Pillow
-itself): an image every reader would refuse at open is refused here, never written to a shard.
+At level ``"header"`` a JPEG's or PNG's bytes before its pixel data are handed to Pillow's open (``_fast``), or,
+for a plain header (only segments or chunks Pillow takes nothing from but the size, each in a form it accepts:
+``_PLAIN``, ``_PLAIN_PNG``), read without it: an image Pillow refuses at open, as every reader would, is refused
+here, never written to a shard, and its size and orientation are Pillow's. Not seen at this level: a PNG's eXIf chunk after its pixel data in the middle of a
+``Sparse`` read (a whole read finds it).
 
 ``data`` may be a ``Sparse`` read (the head of a file and its tail): then rule 4 is decided from the
 tail when it can be, and ``NeedFullBytes`` is raised when it cannot (the caller reads the whole file
@@ -39,11 +41,11 @@ from __future__ import annotations
 import io
 import math
 import warnings
+import zlib
 from dataclasses import dataclass
-from typing import Literal
 
 from PIL import Image, ImageOps
-from PIL.JpegImagePlugin import MARKER as _PIL_JPEG_MARKERS
+from PIL.PngImagePlugin import _MODES as _PNG_MODES  # the (bit depth, colour type) pairs Pillow opens
 
 from vlmdata.dataset.jpeg_facts import jpeg_info, quality_from_table  # noqa: F401  # re-exported: their home is jpeg_facts
 from vlmdata.dataset.schema import FORMAT_EXT
@@ -96,87 +98,127 @@ _PNG_SIG = b"\x89PNG\r\n\x1a\n"
 _EXIF_ORIENTATION = 0x0112
 
 
-def _exif_orientation(app1: bytes) -> int:
-    """Orientation tag of an APP1 ``Exif\\0\\0`` payload (1 when absent or unreadable)."""
-    if not app1.startswith(b"Exif\0\0") or len(app1) < 14:
-        return 1
-    t = app1[6:]
-    orders: dict[bytes, Literal["little", "big"]] = {b"II": "little", b"MM": "big"}
-    order = orders.get(t[:2])
-    if order is None or int.from_bytes(t[2:4], order) != 42:  # not a TIFF header: Pillow reads no EXIF
-        return 1
-    ifd = int.from_bytes(t[4:8], order)
-    if ifd + 2 > len(t):
-        return 1
-    n = int.from_bytes(t[ifd : ifd + 2], order)
-    for k in range(min(n, 512)):
-        e = ifd + 2 + 12 * k
-        if e + 12 > len(t):
-            break
-        if int.from_bytes(t[e : e + 2], order) == _EXIF_ORIENTATION:
-            kind, count = int.from_bytes(t[e + 2 : e + 4], order), int.from_bytes(t[e + 4 : e + 8], order)
-            if kind not in (3, 4) or count != 1:  # not one SHORT or LONG: Pillow reads no orientation from it
-                return 1
-            v = int.from_bytes(t[e + 8 : e + (10 if kind == 3 else 12)], order)
-            return v if 1 <= v <= 8 else 1
-    return 1
+# A "plain" JPEG header holds only these segments, each in a form Pillow's open accepts as it is (checked by
+# ``_plain_segment``): what Pillow would read from it is its frame size and orientation 1 (no APP1: no EXIF, no
+# XMP), so ``_fast`` reads them without Pillow; any other header goes to Pillow's open.
+_PLAIN_SOF = frozenset((0xC0, 0xC1, 0xC2))  # baseline, extended, progressive
+_PLAIN = _PLAIN_SOF | {0xC4, 0xDB, 0xDD, 0xDA, 0xFE, 0xE0}  # DHT, DQT, DRI, SOS, COM, APP0 (JFIF only)
 
 
-def _jpeg_walk(data: bytes, limit: int) -> tuple[int, int, int, int] | None:
-    """(width, height, orientation, position of the first SOS or of the end of the walk) from the markers
-    before the entropy-coded data, within ``data[:limit]``; None when the walk fails or leaves the limit
-    before the frame header."""
+def _plain_segment(marker: int, seg: bytes) -> bool:
+    """Whether Pillow's open reads this segment without failing and without taking anything from it but the
+    frame's size (``_PLAIN``)."""
+    if marker == 0xE0:
+        return seg[:5] == b"JFIF\0" and len(seg) >= 14
+    if marker == 0xDB:  # quantization tables: Pillow refuses one cut short
+        while seg:
+            n = 1 + 64 * (1 if seg[0] < 16 else 2)
+            if len(seg) < n:
+                return False
+            seg = seg[n:]
+    if marker in _PLAIN_SOF:  # 8-bit, 1, 3 or 4 components, whole 3-byte component entries: what Pillow reads
+        return len(seg) >= 6 and seg[0] == 8 and seg[5] in (1, 3, 4) and (len(seg) - 6) % 3 == 0
+    return True
+
+
+def _jpeg_walk(data: bytes, limit: int) -> tuple[int, int, int, bool] | None:
+    """(width, height, end of the start-of-scan segment, plain) from the marker segments before the entropy-coded
+    data, within ``data[:limit]`` (plain: ``_PLAIN``, one frame); None when the walk fails or leaves the limit
+    before the scan."""
     i, n = 2, min(len(data), limit)
-    size = None
-    orientation = 1
+    size, plain = None, True
     while i + 4 <= n:
         if data[i] != 0xFF:
             return None
         marker = data[i + 1]
         if marker == 0xFF:  # fill byte
             i += 1
+            plain = False
             continue
-        if 0xFF00 | marker not in _PIL_JPEG_MARKERS:  # Pillow refuses it ("no marker found"): let Pillow say so
-            return None
-        if marker == 0xD8 or 0xD0 <= marker <= 0xD7:
+        if marker in (0x01, 0xD8) or 0xD0 <= marker <= 0xD7:
             i += 2
+            plain = False
             continue
         seg = int.from_bytes(data[i + 2 : i + 4], "big")
-        if seg < 2 or (i + 2 + seg <= n and not _pillow_reads_segment(marker, data[i + 4 : i + 2 + seg])):
+        if seg < 2 or i + 2 + seg > n:
             return None
-        if marker == 0xE1 and size is None and i + 2 + seg <= n:
-            o = _exif_orientation(data[i + 4 : i + 2 + seg])
-            orientation = o if orientation == 1 else orientation
         if marker in _SOF:
-            if size is not None or i + 10 > n or seg < 8 or data[i + 4] != 8 or data[i + 9] not in (1, 3, 4):
-                return None  # a second frame, cut, or one Pillow cannot open (12-bit, odd components): Pillow decides
-            h = int.from_bytes(data[i + 5 : i + 7], "big")
-            w = int.from_bytes(data[i + 7 : i + 9], "big")
-            if not (w and h):
-                return None
-            size = (w, h)
+            plain = plain and size is None
+            if size is None and seg >= 7:
+                size = (int.from_bytes(data[i + 7 : i + 9], "big"), int.from_bytes(data[i + 5 : i + 7], "big"))
+        plain = plain and marker in _PLAIN and _plain_segment(marker, data[i + 4 : i + 2 + seg])
         if marker == 0xDA:  # start of scan: entropy-coded data follows
-            return (*size, orientation, i) if size else None
+            return (*size, i + 2 + seg, plain) if size else None
         i += 2 + seg
-    return (*size, orientation, i) if size else None
+    return None
 
 
 def _fast(data: bytes) -> tuple[str, int, int, int, int] | None:
-    """(format, width, height, orientation, position after which the end marker must lie) or None."""
+    """(format, width, height, orientation, position after which the end marker must lie) from the header bytes
+    alone, or None (a ``Sparse`` read then needs the whole file; whole bytes go the Pillow path).
+
+    Pillow itself opens the bytes before the pixel data (a JPEG's segments up to its start of scan, a PNG's chunks
+    up to its first IDAT), so what it refuses at open is refused here, and the orientation is the one Pillow reads
+    (EXIF, a PNG's raw profile, XMP); a plain JPEG header (``_PLAIN``: what Pillow reads of it is its size) and an
+    image past Pillow's own pixel limit (``max_image_pixels`` raised above it) are sized from their header,
+    orientation 1. A PNG's eXIf chunk after its pixel data sends whole bytes to the
+    Pillow path; a ``Sparse`` read looks for one in its tail only."""
     limit = data.head if isinstance(data, Sparse) else len(data)
     if data[:3] == b"\xff\xd8\xff":
         walk = _jpeg_walk(data, limit)
-        return ("JPEG", *walk) if walk else None
-    if data[:8] == _PNG_SIG and data[12:16] == b"IHDR" and len(data) >= 24:
-        end = _png_header_end(data, limit)
-        if end is None:  # the chunks before the pixel data leave the read: Pillow on the whole file
+        if walk is None:
             return None
-        # Pillow opens a PNG by reading every chunk before the first IDAT (CRCs, IHDR's mode, compressed text
-        # and ICC profiles under its size cap, EXIF): that part is small, so Pillow itself decides rule 1 on it
+        w, h, end, plain = walk
+        if (plain and w and h) or _past_pillow_limit(w, h):
+            return ("JPEG", w, h, 1, end - 1)
+        img = _pillow_open(data if end == len(data) or not isinstance(data, Sparse) else data[:end])
+        if img.format not in ("JPEG", "MPO"):
+            return None
+        return ("JPEG", *img.size, _orientation(img), end - 1)
+    if data[:8] == _PNG_SIG and data[12:16] == b"IHDR" and len(data) >= 24:
+        w, h = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+        if _past_pillow_limit(w, h):
+            return ("PNG", w, h, 1, 8)
+        end = _png_header_end(data, limit)
+        if end is None:  # the chunks before the pixel data leave the read
+            return None
+        late = data.find(b"eXIf", end, None if not isinstance(data, Sparse) else data.head) >= 0 or (
+            isinstance(data, Sparse) and data.find(b"eXIf", data.head) >= 0
+        )
+        if late:  # an eXIf chunk after the pixel data: Pillow reads it by decoding the image (the Pillow path)
+            return None
+        if w and h and _plain_png(data, end):
+            return ("PNG", w, h, 1, 8)
         img = _pillow_open(data[:end])
-        # an eXIf chunk before the pixel data is in info (getexif would decode the pixels to look after them)
-        return ("PNG", *img.size, _orientation(img) if "exif" in img.info else 1, 8)
+        # the base class's getexif reads what open put in info (eXIf, raw profile, XMP) without decoding pixels
+        return ("PNG", *img.size, _orientation(img, Image.Image.getexif), 8)
     return None
+
+
+# A "plain" PNG header: before its pixel data only these chunks (name -> the least length Pillow reads without
+# failing), every CRC right and IHDR's mode one Pillow opens: what Pillow reads of it is its size, orientation 1
+_PLAIN_PNG = {b"IHDR": 13, b"PLTE": 0, b"pHYs": 9, b"sRGB": 1, b"gAMA": 4}
+
+
+def _plain_png(data: bytes, end: int) -> bool:
+    """Whether the chunks before the first IDAT (which starts at ``end - 8``) are plain (``_PLAIN_PNG``)."""
+    i = 8
+    while i + 8 < end:
+        n, kind = int.from_bytes(data[i : i + 4], "big"), data[i + 4 : i + 8]
+        body = data[i + 8 : i + 8 + n]
+        least = _PLAIN_PNG.get(kind)
+        if least is None or n < least or zlib.crc32(kind + body) != int.from_bytes(data[i + 8 + n : i + 12 + n], "big"):
+            return False
+        if kind == b"IHDR" and (i != 8 or (body[8], body[9]) not in _PNG_MODES or body[11] != 0):
+            return False
+        i += 12 + n
+    return True
+
+
+def _past_pillow_limit(w: int, h: int) -> bool:
+    """Whether Pillow's open would refuse ``w`` x ``h`` as a decompression bomb (twice ``MAX_IMAGE_PIXELS``)."""
+    limit = Image.MAX_IMAGE_PIXELS
+    return limit is not None and w * h > 2 * limit
 
 
 def _png_header_end(data: bytes, limit: int) -> int | None:
@@ -188,20 +230,6 @@ def _png_header_end(data: bytes, limit: int) -> int | None:
             return i + 8
         i += 12 + int.from_bytes(data[i : i + 4], "big")
     return None
-
-
-def _pillow_reads_segment(marker: int, seg: bytes) -> bool:
-    """False for a JPEG segment Pillow's open refuses (a quantization table cut short, a JFIF header too short
-    for its version and density)."""
-    if marker == 0xDB:
-        while seg:
-            n = 1 + 64 * (1 if seg[0] < 16 else 2)
-            if len(seg) < n:
-                return False
-            seg = seg[n:]
-    elif marker == 0xE0 and seg.startswith(b"JFIF"):
-        return len(seg) >= 7
-    return True
 
 
 def _pillow_open(data: bytes) -> Image.Image:
@@ -223,12 +251,14 @@ def _pillow_open(data: bytes) -> Image.Image:
         raise ImageProblem("undecodable_image", f"not a readable image ({type(e).__name__}: {e})") from None
 
 
-def _orientation(img: Image.Image) -> int:
-    """EXIF orientation as Pillow reads it (1 when absent, broken or out of range)."""
+def _orientation(img: Image.Image, getexif=None) -> int:
+    """EXIF orientation as Pillow reads it (1 when absent, broken or out of range); ``getexif``: the method to call
+    (default the image's own)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Corrupt EXIF data": a broken EXIF block is not a broken image
-            o = int(img.getexif().get(_EXIF_ORIENTATION, 1) or 1)
+            exif = getexif(img) if getexif is not None else img.getexif()
+            o = int(exif.get(_EXIF_ORIENTATION, 1) or 1)
     except Exception:  # noqa: BLE001
         return 1
     return o if 1 <= o <= 8 else 1
@@ -237,7 +267,7 @@ def _orientation(img: Image.Image) -> int:
 def _find_after(data: bytes, needle: bytes, after: int) -> bool | None:
     """Whether ``needle`` occurs at a file offset > ``after``; None when a Sparse read cannot tell."""
     if not isinstance(data, Sparse):
-        return data.find(needle, after + 1) >= 0
+        return data.rfind(needle, after + 1) >= 0  # from the end: where an end marker is, no scan of the pixels
     if data.find(needle, after + 1, data.head) >= 0:
         return True
     tail_start = data.size - (len(data) - data.head)  # file offset of the first tail byte
@@ -321,7 +351,7 @@ def check_image(data: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
     after = 0
     if fmt in ("JPEG", "MPO"):
         walk = _jpeg_walk(data, len(data))
-        after = walk[3] if walk else 0
+        after = walk[2] - 1 if walk else 0
     _check_complete(data, fmt, after)
     orientation = _orientation(img)
     if verify == "full":
