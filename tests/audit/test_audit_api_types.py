@@ -69,6 +69,10 @@ def test_a_memory_limit_without_a_sweep_is_refused_not_ignored():
     """--memory-limit-gb judges a sweep's configurations; one audit silently ignored it."""
     with pytest.raises(VlmdataError, match="`memory_limit_gb` judges the configurations of a sweep"):
         run_session(AuditConfig(), memory_limit_gb=80.0)
+    from vlmdata.audit.phases.session import plan_only  # the plan checks what the run checks
+
+    with pytest.raises(VlmdataError, match="`memory_limit_gb` judges the configurations of a sweep"):
+        plan_only(AuditConfig(), memory_limit_gb=80.0)
 
 
 def test_threshold_must_be_finite():

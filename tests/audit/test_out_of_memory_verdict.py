@@ -51,3 +51,10 @@ def test_a_sweep_leaves_a_configurations_out_of_memory_verdict_to_its_decisions(
     decisions = {"misleading": [], "undecided": [], "per_source": {"real": {"best": "mbs=2"}}, "line": "right"}
     v = sweep_verdict(results, decisions)
     assert v["status"] == "OK" and v["configs_misleading"] == [], v
+
+
+def test_the_report_of_an_out_of_memory_verdict_has_no_empty_gap_table():
+    from vlmdata.audit.report.tables import report_tables
+
+    rep = _report(("imagefree", "bridge-noise", "real"), max_images=7)
+    assert not any(title.startswith("Gaps") for title, _ in report_tables(rep))

@@ -50,7 +50,7 @@ class AuditSession:
     main: bool  # this process is rank 0 (or there is no process group)
 
 
-def _check_arguments(cfg, out_dir, memory_limit_gb, threads, callbacks) -> None:
+def _check_arguments(cfg, out_dir, memory_limit_gb, threads, callbacks, sweep=()) -> None:
     """``run_session``'s own arguments (the settings are ``AuditConfig``'s): ``AuditError`` naming the parameter."""
     if not isinstance(cfg, AuditConfig):
         raise AuditError(f"`cfg` must be an AuditConfig, not {type(cfg).__name__}")
@@ -59,6 +59,11 @@ def _check_arguments(cfg, out_dir, memory_limit_gb, threads, callbacks) -> None:
     m = memory_limit_gb
     if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 < m < math.inf):
         raise AuditError(f"`memory_limit_gb` must be a finite number > 0, not {shown(m)}")
+    if m is not None and not sweep:  # it was ignored: a run the user believed checked against a card
+        raise AuditError(
+            "`memory_limit_gb` judges the configurations of a sweep (`sweep`); one audit has none to judge: add a "
+            "sweep or leave it out (on CUDA the report gives every source's peak memory)"
+        )
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 4096):
         raise AuditError(f"`threads` must be an integer 1..4096, not {shown(threads)}")
     if any(c is not None and not callable(c) for c in callbacks):
@@ -84,7 +89,8 @@ def run_session(
         cfg: the run's settings.
         out_dir: where report.json / .md / .html (and the synthetic twin) go; None: nowhere.
         sweep: ``KEY=V1,V2`` items (``sweep.parse_sweep``); empty: one audit.
-        memory_limit_gb: with a sweep, configurations whose peak memory exceeds it do not fit.
+        memory_limit_gb: with a sweep, configurations whose peak memory exceeds it do not fit (without a sweep:
+            an ``AuditError``, as it would judge nothing).
         threads: torch CPU threads (None: torch's).
         progress: ``progress(total)`` -> context manager yielding ``advance(n=1)`` (rank 0).
         on_config: called with (index, count, values) before each configuration of a sweep (rank 0).
@@ -97,12 +103,7 @@ def run_session(
     Returns:
         An ``AuditSession``; the report has ``wall_s``.
     """
-    _check_arguments(cfg, out_dir, memory_limit_gb, threads, (progress, on_config, phase, on_plan))
-    if memory_limit_gb is not None and not sweep:  # it was ignored: a run the user believed checked against a card
-        raise AuditError(
-            "`memory_limit_gb` judges the configurations of a sweep (`sweep`); one audit has none to judge: add a "
-            "sweep or leave it out (on CUDA the report gives every source's peak memory)"
-        )
+    _check_arguments(cfg, out_dir, memory_limit_gb, threads, (progress, on_config, phase, on_plan), sweep)
     check_paths(real=cfg.real, profile=cfg.profile)
     check_device(cfg.device, cfg.loader)
     if out_dir:  # before measuring: the folder can be written and replaces only an earlier audit's files
@@ -131,7 +132,9 @@ def run_session(
     return AuditSession(report, paths, main)
 
 
-def plan_only(cfg: AuditConfig, *, threads: int | None = None, sweep: Sequence[str] = ()) -> dict:
+def plan_only(
+    cfg: AuditConfig, *, threads: int | None = None, sweep: Sequence[str] = (), memory_limit_gb: float | None = None
+) -> dict:
     """The plan of ``cfg`` and nothing else (``vlmdata audit --plan``): the same checks as ``run_session``, then
     ``preview.preview``; no model is built, nothing is measured.
 
@@ -139,11 +142,12 @@ def plan_only(cfg: AuditConfig, *, threads: int | None = None, sweep: Sequence[s
         cfg: the run's settings.
         threads: torch CPU threads (None: torch's).
         sweep: ``KEY=V1,V2`` items, checked as the run checks them (``sweep.parse_sweep``; the plan is one audit's).
+        memory_limit_gb: checked as the run checks it (a sweep's only).
 
     Returns:
         The plan (``preview.preview``).
     """
-    _check_arguments(cfg, None, None, threads, ())  # --threads 100000 would start 100,000 threads, as a run would not
+    _check_arguments(cfg, None, memory_limit_gb, threads, (), sweep)  # --threads 100000 would start 100,000 threads
     n_configs = 1
     if sweep:  # a grid the run refuses passed --plan with exit 0
         grid = parse_sweep(list(sweep), user_step=bool(cfg.step), distributed=env_int("WORLD_SIZE", 1, low=1) > 1)

@@ -301,7 +301,7 @@ def report_tables(report: dict) -> list[tuple[str, tuple]]:
             t.append((title, rows))
     if report.get("measurement"):
         t.append(("How it was measured", measurement_rows(report)))
-    if report.get("verdict"):
+    if (report.get("verdict") or {}).get("gaps"):  # none when real ran out of memory: no gap was measured
         t.insert(1, ("Gaps (ratio to real, 95% bootstrap interval)", gap_rows(report["verdict"])))
     t[1:1] = benchmark_tables(report)
     if report.get("stragglers"):

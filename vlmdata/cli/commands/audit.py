@@ -156,7 +156,7 @@ def run(args) -> int:
     from vlmdata.cli import STARTED  # the command's start: the budget counts from it
 
     if args.plan:
-        plan = plan_only(cfg, threads=args.threads, sweep=args.sweep)
+        plan = plan_only(cfg, threads=args.threads, sweep=args.sweep, memory_limit_gb=args.memory_limit_gb)
         print_json(plan) if args.json else show_plan(plan)
         return EXIT_OK if (plan.get("measured") or {}).get("fits", True) else EXIT_USAGE
 
