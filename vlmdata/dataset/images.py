@@ -44,8 +44,7 @@ import warnings
 import zlib
 from dataclasses import dataclass
 
-from PIL import Image, ImageOps
-from PIL.PngImagePlugin import _MODES as _PNG_MODES  # the (bit depth, colour type) pairs Pillow opens
+from PIL import Image, ImageOps, PngImagePlugin
 
 from vlmdata.dataset.jpeg_facts import jpeg_info, quality_from_table  # noqa: F401  # re-exported: their home is jpeg_facts
 from vlmdata.dataset.schema import FORMAT_EXT
@@ -198,6 +197,8 @@ def _fast(data: bytes) -> tuple[str, int, int, int, int] | None:
 # A "plain" PNG header: before its pixel data only these chunks (name -> the least length Pillow reads without
 # failing), every CRC right and IHDR's mode one Pillow opens: what Pillow reads of it is its size, orientation 1
 _PLAIN_PNG = {b"IHDR": 13, b"PLTE": 0, b"pHYs": 9, b"sRGB": 1, b"gAMA": 4}
+# the (bit depth, colour type) pairs Pillow opens: its private table (a Pillow without it: no header is plain)
+_PNG_MODES = frozenset(getattr(PngImagePlugin, "_MODES", {}))
 
 
 def _plain_png(data: bytes, end: int) -> bool:
