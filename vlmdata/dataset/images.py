@@ -170,7 +170,7 @@ def _fast(data: bytes) -> tuple[str, int, int, int, int] | None:
         w, h, end, plain = walk
         if (plain and w and h) or _past_pillow_limit(w, h):
             return ("JPEG", w, h, 1, end - 1)
-        img = _pillow_open(data if end == len(data) or not isinstance(data, Sparse) else data[:end])
+        img = _pillow_open(data[:end] if isinstance(data, Sparse) else data)
         if img.format not in ("JPEG", "MPO"):
             return None
         return ("JPEG", *img.size, _orientation(img), end - 1)
@@ -181,10 +181,9 @@ def _fast(data: bytes) -> tuple[str, int, int, int, int] | None:
         end = _png_header_end(data, limit)
         if end is None:  # the chunks before the pixel data leave the read
             return None
-        late = data.find(b"eXIf", end, None if not isinstance(data, Sparse) else data.head) >= 0 or (
-            isinstance(data, Sparse) and data.find(b"eXIf", data.head) >= 0
-        )
-        if late:  # an eXIf chunk after the pixel data: Pillow reads it by decoding the image (the Pillow path)
+        # an eXIf chunk after the pixel data (a Sparse read: in the rest of its head or its tail): Pillow reads it
+        # by decoding the image, the Pillow path
+        if data.find(b"eXIf", end) >= 0:
             return None
         if w and h and _plain_png(data, end):
             return ("PNG", w, h, 1, 8)

@@ -50,8 +50,10 @@ class AuditSession:
     main: bool  # this process is rank 0 (or there is no process group)
 
 
-def _check_arguments(cfg, out_dir, memory_limit_gb, threads, callbacks, sweep=()) -> None:
-    """``run_session``'s own arguments (the settings are ``AuditConfig``'s): ``AuditError`` naming the parameter."""
+def _preflight(cfg, out_dir, memory_limit_gb, threads, callbacks, sweep=()) -> None:
+    """``run_session``'s own arguments (the settings are ``AuditConfig``'s): ``AuditError`` naming the parameter;
+    then the paths and the device (``guard``) and the torch threads, what ``run_session`` and ``plan_only`` both
+    check before anything is built."""
     if not isinstance(cfg, AuditConfig):
         raise AuditError(f"`cfg` must be an AuditConfig, not {type(cfg).__name__}")
     if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
@@ -68,6 +70,10 @@ def _check_arguments(cfg, out_dir, memory_limit_gb, threads, callbacks, sweep=()
         raise AuditError(f"`threads` must be an integer 1..4096, not {shown(threads)}")
     if any(c is not None and not callable(c) for c in callbacks):
         raise AuditError("`progress`, `on_config`, `phase` and `on_plan` must be callables or None")
+    check_paths(real=cfg.real, profile=cfg.profile)
+    check_device(cfg.device, cfg.loader)
+    if threads:
+        torch.set_num_threads(threads)
 
 
 def run_session(
@@ -103,13 +109,9 @@ def run_session(
     Returns:
         An ``AuditSession``; the report has ``wall_s``.
     """
-    _check_arguments(cfg, out_dir, memory_limit_gb, threads, (progress, on_config, phase, on_plan), sweep)
-    check_paths(real=cfg.real, profile=cfg.profile)
-    check_device(cfg.device, cfg.loader)
+    _preflight(cfg, out_dir, memory_limit_gb, threads, (progress, on_config, phase, on_plan), sweep)
     if out_dir:  # before measuring: the folder can be written and replaces only an earlier audit's files
         check_out_dir(out_dir, real=cfg.resolved_real(), profile=cfg.profile)
-    if threads:
-        torch.set_num_threads(threads)
     t0 = time.perf_counter() if started is None else started
     info = init_distributed(cfg.device)
     step_limit = set_step_limit(cfg.measure_settings()["budget_s"], hard=True)  # no --step call outlasts it
@@ -147,15 +149,12 @@ def plan_only(
     Returns:
         The plan (``preview.preview``).
     """
-    _check_arguments(cfg, None, memory_limit_gb, threads, (), sweep)  # --threads 100000 would start 100,000 threads
+    # the run's checks (--threads 100000 would start 100,000 threads)
+    _preflight(cfg, None, memory_limit_gb, threads, (), sweep)
     n_configs = 1
     if sweep:  # a grid the run refuses passed --plan with exit 0
         grid = parse_sweep(list(sweep), user_step=bool(cfg.step), distributed=env_int("WORLD_SIZE", 1, low=1) > 1)
         n_configs = math.prod(len(v) for v in grid.values())
-    check_paths(real=cfg.real, profile=cfg.profile)
-    check_device(cfg.device, cfg.loader)
-    if threads:
-        torch.set_num_threads(threads)
     plan = preview(cfg)
     if n_configs > 1:  # the plan is one audit's: say what the sweep multiplies
         plan["notes"] = [

@@ -25,7 +25,7 @@ _MAX_REF_DEPTH = 16
 _BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: the same safe constructor, ~3x faster
 
 
-class _LOADER(_BASE_LOADER):  # type: ignore[misc,valid-type]
+class _Loader(_BASE_LOADER):  # type: ignore[misc,valid-type]
     """The safe loader refusing a mapping's duplicate key, as OmegaConf's loader (Bridge's) does: PyYAML keeps the
     last one silently, so a hand-edited YAML would be read one way here and refused by Bridge."""
 
@@ -70,7 +70,7 @@ def load_config(path: str, max_bytes: int, sections: tuple[str, ...]) -> dict:
     except OSError as e:
         raise BridgeConfigError(f"{path}: cannot be read ({e.strerror or e})", path) from None
     try:
-        root = yaml.load(data, Loader=_LOADER)  # noqa: S506 - a safe loader (no Python tags), in C when available
+        root = yaml.load(data, Loader=_Loader)  # noqa: S506 - a safe loader (no Python tags), in C when available
     except yaml.YAMLError as e:
         if "nesting depth" in str(e):  # libyaml's own depth limit
             raise BridgeConfigError(f"{path}: not usable as YAML (nested too deeply)", path) from None
