@@ -102,6 +102,20 @@ def test_a_micro_batch_whose_new_shapes_are_the_towers_warms_the_tower_alone(tmp
     assert f"({warm['vision_batches']} of them the vision tower alone" in md
 
 
+def test_a_packed_step_counts_its_samples_not_its_rows(tmp_path):
+    # --seq-policy pack: a micro-batch of 2 is one row [1, T] (cu_seqlens_q); samples/s, images per sample and
+    # visual tokens per sample count the samples (the H200's packed Qwen3-VL-8B report read half its samples/s)
+    result, _ = fake_run(
+        ("imagefree", "real"), tmp=str(tmp_path), seq_policy="pack", global_batch_size=4, micro_batch_size=2
+    )
+    for name, src in result["sources"].items():
+        for rec in src["records"]:
+            assert rec["micro_batches"] == 2 and rec["samples"] == len(rec["keys"]) == 4, (name, rec["samples"])
+            assert len(rec["visual_tokens_per_sample"]) == 4
+    assert all(v == 0 for r in result["sources"]["imagefree"]["records"] for v in r["visual_tokens_per_sample"])
+    assert all(r["images"] > 0 for r in result["sources"]["real"]["records"])
+
+
 def test_sources_are_interleaved_in_rotating_rounds(order_runs):
     forward = order_runs[0]
     m = forward["measurement"]

@@ -203,6 +203,19 @@ def test_an_interval_spanning_the_limit_is_undecided_not_misleading_or_ok():
     assert v["line"].startswith("UNDECIDED (limit 1.10x): imagefree undecided: samples/s")
 
 
+def test_an_interval_undecided_only_by_the_run_to_run_margin_shows_the_interval_it_was_judged_on():
+    # H200, Qwen3-VL-30B-A3B reverse order: the run's interval [1.12, 1.14] lies above 1.10, the 3% margin's
+    # [1.08, 1.17] spans it; the line printed the first and said "spans 1.10"
+    r = runs(imagefree=recs(1000.0 / 1.12), real=recs(1000.0))
+    v = decide(r, summaries(r), repeat_margin=0.03)
+    g = v["gaps"]["imagefree"]["samples_per_s"]
+    assert g["lo"] == pytest.approx(1.12) and g["hi"] == pytest.approx(1.12)
+    assert v["status"] == "UNDECIDED"
+    assert "samples/s 1.12x [1.12, 1.12] (±3% run to run: [1.09, 1.15]) spans 1.10" in v["line"]
+    plain = decide(r, summaries(r))  # no margin: the run's interval is the one judged, and nothing is added
+    assert plain["status"] == "MISLEADING" and "run to run" not in plain["line"]
+
+
 def test_offender_within_and_undecided_mocks_in_one_headline():
     real = noisy(1000.0, 12, spread=0.02, seed=5)
     r = runs(

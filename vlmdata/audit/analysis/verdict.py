@@ -308,6 +308,12 @@ def _fmt_ci(ci: dict) -> str:
     return f"{ci['ratio']:.2f}x" + (f" [{ci['lo']:.2f}, {ci['hi']:.2f}]" if ci.get("lo") is not None else "")
 
 
+def _fmt_judged(ci: dict, judged: dict, margin: float) -> str:
+    """The run's interval and, when the run-to-run margin widened it, the one the verdict judged (spanning the limit)."""
+    moved = margin and judged.get("lo") is not None
+    return _fmt_ci(ci) + (f" (±{margin:.0%} run to run: [{judged['lo']:.2f}, {judged['hi']:.2f}])" if moved else "")
+
+
 def _order(items: list[dict]) -> list[dict]:
     order = {m: i for i, m in enumerate(GAP_METRICS)}
     return sorted(items, key=lambda o: order[o["metric"]])
@@ -329,6 +335,7 @@ def mock_line(v: dict) -> str:
             text += f"; most of its gap is {top}"
         parts.append(text)
     undecided = [s for s, st in v.get("states", {}).items() if st == UNDECIDED]
+    margin = v.get("repeat_margin") or 0.0
     for src in undecided:
         items = _order([u for u in v.get("undecided", []) if u["source"] == src])
         g = v["gaps"][src]
@@ -340,7 +347,10 @@ def mock_line(v: dict) -> str:
         elif items:
             parts.append(
                 f"{src} undecided: "
-                + ", ".join(f"{METRIC_LABELS[u['metric']]} {_fmt_ci(g[u['metric']])} spans {limit:.2f}" for u in items)
+                + ", ".join(
+                    f"{METRIC_LABELS[u['metric']]} {_fmt_judged(g[u['metric']], u, margin)} spans {limit:.2f}"
+                    for u in items
+                )
             )
     within = [s for s, st in v.get("states", {}).items() if st == WITHIN]
     if v["status"] == "MISLEADING":

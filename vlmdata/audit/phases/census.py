@@ -29,8 +29,8 @@ import torch
 
 from vlmdata.audit.analysis.straggler_model import samples_from_batch
 from vlmdata.audit.sources.registry import REAL, AuditError, Input, prepare_input
+from vlmdata.audit.workload.batch_shapes import visual_tokens_per_sample
 from vlmdata.audit.workload.distributed import agree_max, agree_min
-from vlmdata.audit.workload.model import IMAGE_TOKEN_ID
 
 __all__ = ["Census", "Sources", "census", "take_census", "iterate", "next_batch", "row_lengths", "wrap_note"]
 
@@ -110,14 +110,9 @@ def _census_samples(loader, batch, merge: int) -> list[list]:
     grid = grid.get("image_grid_thw") if isinstance(grid, dict) else getattr(grid, "image_grid_thw", None)
     grids = [] if grid is None else [tuple(map(int, g)) for g in torch.as_tensor(grid).tolist()]
     lengths = row_lengths(loader, batch)
-    cu = batch.get("cu_seqlens_q")
-    if cu is not None:  # packed: one row of several samples
-        b = torch.as_tensor(cu).tolist()
-        visual = [int((ids[0, s:e] == IMAGE_TOKEN_ID).sum()) for s, e in zip(b[:-1], b[1:])]
-    else:
-        visual = (ids == IMAGE_TOKEN_ID).sum(1).tolist()
-    if len(lengths) != len(visual):
-        lengths = [int(x) for x in (ids != 0).sum(1).tolist()] if cu is None else lengths
+    visual = visual_tokens_per_sample(batch)  # of each row, or of each segment of a packed row
+    if len(lengths) != len(visual) and batch.get("cu_seqlens_q") is None:
+        lengths = [int(x) for x in (ids != 0).sum(1).tolist()]
     return [[s.tokens, list(s.image_patches)] for s in samples_from_batch(lengths, grids, visual, merge)]
 
 

@@ -28,7 +28,16 @@ from vlmdata.audit.sources.registry import REAL, AuditError
 from vlmdata.audit.workload.compiled import compile_stats, fallback_note
 from vlmdata.audit.workload.kernels import compile_counters
 
-__all__ = ["DP_SIZES", "environment", "header", "sources_result", "straggler_model", "measurement", "iter_records"]
+__all__ = [
+    "DP_SIZES",
+    "cpu_model",
+    "environment",
+    "header",
+    "sources_result",
+    "straggler_model",
+    "measurement",
+    "iter_records",
+]
 DP_SIZES = (8, 64, 512, 4096)  # data-parallel sizes the straggler model predicts
 
 
@@ -44,6 +53,7 @@ def environment(device: str) -> dict:
         "vlmdata": __version__,
         "device": str(dev),
         "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model(),
         "torch_threads": torch.get_num_threads(),
         "load_average": _load(),
     }
@@ -58,6 +68,21 @@ def environment(device: str) -> dict:
     else:
         env["device_name"] = platform.processor() or platform.machine()
     return env
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The host CPU's model name (Linux: /proc/cpuinfo's first "model name"; else the platform's processor): a
+    launch-bound step's time, and so a mock/real ratio, moves with the host's single-thread speed (docs/RESULTS.md,
+    fourth families set), so two reports are compared knowing their hosts."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def _load() -> list[float] | None:

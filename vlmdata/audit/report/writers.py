@@ -27,7 +27,17 @@ def _md_table(head, rows) -> str:
 
 def _env_line(report: dict) -> str:
     e = report.get("environment") or {}
-    keys = ("device_name", "device", "torch", "transformers", "python", "cuda", "cpu_count", "torch_threads")
+    keys = (
+        "device_name",
+        "device",
+        "torch",
+        "transformers",
+        "python",
+        "cuda",
+        "cpu_count",
+        "cpu_model",
+        "torch_threads",
+    )
     return ", ".join(f"{k} {e[k]}" for k in keys if e.get(k) is not None)
 
 

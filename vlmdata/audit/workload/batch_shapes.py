@@ -1,5 +1,6 @@
 """What a batch is made of, read without running it: its samples, images, patches and visual tokens
-(``batch_shape``), the shapes a step on it runs kernels for (``shape_items``: the warm-up warms each new one;
+(``batch_shape``; a packed batch, one row [1, T] with ``cu_seqlens_q``, counts the samples its segments hold, not
+its one row, so samples/s, images per sample and the rest mean the same packed or padded), the shapes a step on it runs kernels for (``shape_items``: the warm-up warms each new one;
 ``vision_only(items)``: True when every item of a set is one the vision tower alone runs kernels for, which the
 warm-up then warms with the tower alone), and its pixel rows in memory (``materialize``: the census's shapes-only
 batches carry a zero-stride view).
@@ -13,7 +14,7 @@ import torch
 
 from vlmdata.audit.settings.model_config import IMAGE_TOKEN_ID
 
-__all__ = ["batch_shape", "shape_items", "vision_only", "materialize", "VISION_ITEMS"]
+__all__ = ["batch_shape", "visual_tokens_per_sample", "shape_items", "vision_only", "materialize", "VISION_ITEMS"]
 
 # the shape items only the vision tower runs kernels for: a new one needs the tower, not the decoder, warmed
 # (the decoder's sequence shape is the ("tokens", B, S) item; the image embeddings it takes in are index work)
@@ -28,15 +29,26 @@ def _visual(batch: dict, key: str):
 
 
 def batch_shape(batch: dict) -> dict:
-    """Samples, images, patches and visual tokens per sample of a batch (no FLOPs)."""
-    ids = torch.as_tensor(batch["input_ids"])
+    """Samples, images, patches and visual tokens per sample of a batch (no FLOPs); a packed row's samples are
+    its ``cu_seqlens_q`` segments."""
     grid = _visual(batch, "image_grid_thw")
+    visual = visual_tokens_per_sample(batch)
     return {
-        "samples": int(ids.shape[0]),
+        "samples": len(visual),
         "images": 0 if grid is None else int(len(grid)),
         "patches": 0 if grid is None else int(torch.as_tensor(grid).prod(-1).sum()),
-        "visual_tokens_per_sample": (ids == IMAGE_TOKEN_ID).sum(1).tolist(),
+        "visual_tokens_per_sample": visual,
     }
+
+
+def visual_tokens_per_sample(batch: dict) -> list[int]:
+    """``<|image_pad|>`` tokens of each sample: of each row, or of each ``cu_seqlens_q`` segment of a packed row."""
+    ids = torch.as_tensor(batch["input_ids"])
+    cu = batch.get("cu_seqlens_q")
+    if cu is None:
+        return [int(n) for n in (ids == IMAGE_TOKEN_ID).sum(1).tolist()]
+    bounds = torch.as_tensor(cu).tolist()  # packed: one row of several samples
+    return [int((ids[0, s:e] == IMAGE_TOKEN_ID).sum()) for s, e in zip(bounds[:-1], bounds[1:])]
 
 
 def shape_items(batch: dict, loss_tokens: bool = False, per_image: bool = True) -> frozenset:
