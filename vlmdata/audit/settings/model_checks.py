@@ -128,6 +128,7 @@ _FLOATS = {  # name -> (lowest, highest, whether the lowest is allowed)
 }
 DTYPES = ("bfloat16", "float16", "float32", "float64", "half", "float", "double")  # torch's default dtypes
 TOKENIZER_IDS = 151_669  # ids the loaders' Qwen tokenizer writes: 0..151,668 (special tokens such as <think>)
+QWEN_VOCAB_SIZE = 151_936  # embedding rows of every Qwen-VL checkpoint (model_config re-exports it)
 _BOOLS = ("tie_word_embeddings", "attention_bias", "use_cache", "norm_topk_prob", "use_sliding_window")
 _OPTIONAL_SHAPE = {  # optional fields that change the model's shape: listed when a default fills them
     "text": ("num_key_value_heads", "head_dim", "intermediate_size"),
@@ -297,7 +298,7 @@ def _text_relations(c: _Checker, t: dict, model_type: str) -> None:
             "text",
             "vocab_size",
             f"{vocab} is smaller than the loaders' Qwen tokenizer, whose ids reach {TOKENIZER_IDS - 1}: the embedding "
-            "would be indexed past its rows; use the checkpoint's vocab_size (151936)",
+            f"would be indexed past its rows; use the checkpoint's vocab_size ({QWEN_VOCAB_SIZE})",
         )
     pad = t.get("pad_token_id")
     if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < vocab):

