@@ -51,6 +51,26 @@ def test_the_plan_of_the_default_run_resolves_everything_without_building(fixed_
     assert "settled" in p["stop_rule"] and "`max_steps`" in p["stop_rule"]
 
 
+@pytest.mark.parametrize("written", [0, -100, True, "89", 2.5])
+def test_a_manifest_count_of_no_samples_leaves_the_epoch_unknown_and_a_bad_one_is_refused(
+    fixed_device, tmp_path, written
+):
+    import shutil
+
+    real = tmp_path / "real"
+    shutil.copytree("sample_shards", real)
+    manifest = json.loads((real / "manifest.json").read_text())
+    manifest["accounting"]["written"] = written
+    (real / "manifest.json").write_text(json.dumps(manifest))
+    if written == 0 and not isinstance(written, bool):
+        steps = preview(AuditConfig(real=str(real)))["steps"]
+        assert steps["real_samples"] is None and steps["real_epoch_steps"] is None
+        assert steps["min"] == steps["max"] == 30 and steps["min_why"] == "max_steps (real's epoch unknown)"
+    else:
+        with pytest.raises(AuditError, match=r"manifest\.json: accounting 'written' is missing or not a non-negative"):
+            preview(AuditConfig(real=str(real)))
+
+
 def test_the_plan_of_each_recipe_kind_names_what_is_measured(fixed_device):
     for yaml_name, family in (
         ("bridge_qwen3_vl_30b_a3b_pretrain_mock", "qwen3-vl-moe"),

@@ -85,13 +85,14 @@ def _sample_real(plan: AuditPlan) -> list[dict]:
 
 
 def _real_samples(real: str) -> int | None:
-    """Samples in the real dataset (its manifest), None when it does not say."""
+    """Samples in the real dataset by its manifest, None when it does not say or says no positive count (the
+    plan's estimate only: the run counts real's epoch from the samples its census reads)."""
     try:
         manifest = open_dataset(real).manifest or {}
     except (OSError, ValueError, AuditError):
         return None
     written = (manifest.get("accounting") or {}).get("written")
-    return int(written) if isinstance(written, int) else None
+    return written if isinstance(written, int) and not isinstance(written, bool) and written > 0 else None
 
 
 def _steps(plan: AuditPlan) -> dict[str, Any]:
@@ -102,7 +103,7 @@ def _steps(plan: AuditPlan) -> dict[str, Any]:
     if cfg.min_steps is not None:
         low, why = min(cfg.min_steps, plan.cap), "given"
     elif epoch:
-        low, why = min(plan.cap, epoch), f"one epoch of real ({samples} samples, {per_step} per step and rank)"
+        low, why = min(plan.cap, epoch), f"one epoch of real ({samples} samples by its manifest, {per_step} per step and rank)"
     else:
         low, why = plan.cap, "max_steps (real's epoch unknown)"
     return {"min": low, "min_why": why, "max": plan.cap, "real_samples": samples, "real_epoch_steps": epoch}
