@@ -204,6 +204,25 @@ def test_bridge_model_values_name_file_and_key(tmp_path, changes, match):
     assert str(e.value).startswith(path)
 
 
+def test_the_sequence_must_split_evenly_over_context_and_sequence_parallel_ranks(tmp_path):
+    # Bridge 0.6.2's ConfigContainer.validate(): seq_length % (2 * CP) with CP > 1, and % lcm(2 CP, CP * TP) with
+    # sequence parallelism; the 30B-A3B recipe pads every row to seq_length (EP 8), so a row would not split
+    path = _yaml(tmp_path)
+    with pytest.raises(VlmdataError, match=r"model.seq_length \(4096\) 4096 must be a multiple of 2 \* `cp` = 6") as e:
+        _resolve(path, cp=3, dp=8)
+    assert str(e.value).startswith(path)
+    assert _resolve(path, cp=2, dp=8).run.cp == 2  # 4096 = 2 * 2 * 1024
+    sp = _yaml(tmp_path, lambda d: d["model"].update(sequence_parallel=True, tensor_model_parallel_size=2))
+    with pytest.raises(
+        VlmdataError,
+        match=r"`seq_length` 4095 must be a multiple of model.context_parallel_size \(1\) \* model.tensor_model_parallel_size \(2\) \(sequence parallel\) = 2",
+    ):
+        _resolve(sp, seq_length=4095, dp=8)
+    assert _resolve(sp, seq_length=4094, dp=8).run.seq_length == 4094
+    no_sp = _yaml(tmp_path, lambda d: d["model"].update(tensor_model_parallel_size=2))
+    assert _resolve(no_sp, seq_length=4095, dp=8).run.seq_length == 4095  # without SP, Bridge asks nothing
+
+
 def test_expert_parallel_must_divide_the_experts(tmp_path):
     path = _yaml(tmp_path, lambda d: d["model"].update(expert_model_parallel_size=3))
     with pytest.raises(VlmdataError, match=r"model.expert_model_parallel_size \(3\) must divide the model's 128"):

@@ -87,3 +87,21 @@ def test_describe_names_every_source_and_the_rule():
     d = RunSpec(ep=8, global_batch_size=32, sources={"ep": "flag"}).describe()
     assert d["sources"]["ep"] == "flag" and d["sources"]["tp"] == "default"
     assert d["micro_batches_per_step"] == 2 and "EP > 1" in d["padding_rule"]
+
+
+@pytest.mark.parametrize(
+    "kw, sp, multiple",
+    [
+        ({"cp": 3}, False, 6),
+        ({"cp": 2, "tp": 3}, False, 4),
+        ({"cp": 2, "tp": 3}, True, 12),  # lcm(2 * 2, 2 * 3)
+        ({"tp": 4}, True, 4),
+        ({"tp": 4}, False, 1),
+        ({"cp": 1, "tp": 1}, True, 1),
+    ],
+)
+def test_the_sequence_split_rule_is_bridges(kw, sp, multiple):
+    RunSpec(seq_length=multiple * 100, **kw).check_sequence_split(sp)
+    if multiple > 1:
+        with pytest.raises(RunSpecError, match=f"must be a multiple of .* = {multiple} "):
+            RunSpec(seq_length=multiple * 100 + 1, **kw).check_sequence_split(sp)

@@ -103,7 +103,10 @@ def _steps(plan: AuditPlan) -> dict[str, Any]:
     if cfg.min_steps is not None:
         low, why = min(cfg.min_steps, plan.cap), "given"
     elif epoch:
-        low, why = min(plan.cap, epoch), f"one epoch of real ({samples} samples by its manifest, {per_step} per step and rank)"
+        low, why = (
+            min(plan.cap, epoch),
+            f"one epoch of real ({samples} samples by its manifest, {per_step} per step and rank)",
+        )
     else:
         low, why = plan.cap, "max_steps (real's epoch unknown)"
     return {"min": low, "min_why": why, "max": plan.cap, "real_samples": samples, "real_epoch_steps": epoch}

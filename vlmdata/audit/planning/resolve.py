@@ -182,6 +182,7 @@ def resolve(cfg: AuditConfig, world_size: int = 1) -> Resolved:
     own = {f.name for f in dataclasses.fields(RunSpec)}
     try:
         run = RunSpec(**values, sources={k: v for k, v in sources.items() if k in own and (k in values or k == "dp")})
+        run.check_sequence_split(bool(bridge is not None and bridge.execution.get("sequence_parallel")))
     except RunSpecError as e:
         raise AuditError(in_file_terms(str(e), bridge, sources, values)) from None
     try:  # model_checks: TP splits whole heads, EP whole sets of experts (before anything is built)

@@ -135,6 +135,20 @@ class RunSpec:
             if src not in PROVENANCE:
                 raise RunSpecError(f"unknown provenance {src!r}")
 
+    def check_sequence_split(self, sequence_parallel: bool = False) -> None:
+        """Megatron Bridge's ``validate()`` on the sequence a rank holds: with CP > 1, ``seq_length`` a multiple of
+        2 * CP (each sequence split into 2 * CP chunks), and of CP * TP with sequence parallelism and TP > 1 (the
+        collate's padding multiple); a row padded to ``seq_length`` is then split evenly. Raises RunSpecError."""
+        cp2 = 2 * self.cp if self.cp > 1 else 1
+        sp = self.cp * self.tp if sequence_parallel and self.tp > 1 else 1
+        multiple = math.lcm(cp2, sp)
+        if self.seq_length % multiple:
+            parts = [p for p, on in (("2 * `cp`", cp2 > 1), ("`cp` * `tp` (sequence parallel)", sp > 1)) if on]
+            raise RunSpecError(
+                f"`seq_length` {self.seq_length} must be a multiple of {' and '.join(parts)} = {multiple} (Megatron "
+                "Bridge's validate(): each sequence is split evenly over the context- and sequence-parallel ranks)"
+            )
+
     @property
     def expert_tp(self) -> int:
         return self.etp if self.etp is not None else self.tp
