@@ -1,9 +1,9 @@
 """What a batch is made of, read without running it: its samples, images, patches and visual tokens
 (``batch_shape``; a packed batch, one row [1, T] with ``cu_seqlens_q``, counts the samples its segments hold, not
-its one row, so samples/s, images per sample and the rest mean the same packed or padded), the shapes a step on it runs kernels for (``shape_items``: the warm-up warms each new one;
-``vision_only(items)``: True when every item of a set is one the vision tower alone runs kernels for, which the
-warm-up then warms with the tower alone), and its pixel rows in memory (``materialize``: the census's shapes-only
-batches carry a zero-stride view).
+its one row, so samples/s, images per sample and the rest mean the same packed or padded), the shapes a step on it
+runs kernels for (``shape_items``: the warm-up warms each new one; ``vision_only(items)``: True when every item of
+a set is one the vision tower alone runs kernels for, which the warm-up then warms with the tower alone), and its
+pixel rows in memory (``materialize``: the census's shapes-only batches carry a zero-stride view).
 """
 
 from __future__ import annotations
