@@ -24,8 +24,8 @@ reason names as the build).
 At level ``"header"`` a JPEG's or PNG's bytes before its pixel data are handed to Pillow's open (``_fast``), or,
 for a plain header (only segments or chunks Pillow takes nothing from but the size, each in a form it accepts:
 ``_PLAIN``, ``_PLAIN_PNG``), read without it: an image Pillow refuses at open, as every reader would, is refused
-here, never written to a shard, and its size and orientation are Pillow's. Not seen at this level: a PNG's eXIf chunk after its pixel data in the middle of a
-``Sparse`` read (a whole read finds it).
+here, never written to a shard, and its size and orientation are Pillow's. Not seen at this level: a PNG's eXIf
+chunk after its pixel data in the middle of a ``Sparse`` read (a whole read finds it).
 
 ``data`` may be a ``Sparse`` read (the head of a file and its tail): then rule 4 is decided from the
 tail when it can be, and ``NeedFullBytes`` is raised when it cannot (the caller reads the whole file
@@ -160,8 +160,8 @@ def _fast(data: bytes) -> tuple[str, int, int, int, int] | None:
     up to its first IDAT), so what it refuses at open is refused here, and the orientation is the one Pillow reads
     (EXIF, a PNG's raw profile, XMP); a plain JPEG header (``_PLAIN``: what Pillow reads of it is its size) and an
     image past Pillow's own pixel limit (``max_image_pixels`` raised above it) are sized from their header,
-    orientation 1. A PNG's eXIf chunk after its pixel data sends whole bytes to the
-    Pillow path; a ``Sparse`` read looks for one in its tail only."""
+    orientation 1. A PNG's eXIf chunk after its pixel data sends whole bytes to the Pillow path; a ``Sparse`` read
+    looks for one in its tail only."""
     limit = data.head if isinstance(data, Sparse) else len(data)
     if data[:3] == b"\xff\xd8\xff":
         walk = _jpeg_walk(data, limit)
